@@ -1,0 +1,293 @@
+"""The stack configuration: read once from Pulumi config, validated before any resource exists.
+
+Every key lives in the project namespace (``qwen36-mtp-l4:<key>``) and is declared, with its
+default and description, in ``Pulumi.yaml``; ``tests/test_config.py`` keeps the two in step.
+Errors name the Pulumi config key, the value that was given and what is allowed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from infra.llama_cpp import LLAMA_CPP_BUILD
+
+PROJECT = "qwen36-mtp-l4"
+
+# G2 machine types that carry exactly one L4, with their vCPUs and memory. g2-standard-4 is
+# left out on purpose: loading the 22 GB model without mmap needs ~24 GB of host RAM and it has 16.
+# https://cloud.google.com/compute/docs/gpus#l4-gpus
+G2_MACHINE_TYPES: dict[str, tuple[int, int]] = {
+    "g2-standard-8": (8, 32),
+    "g2-standard-12": (12, 48),
+    "g2-standard-16": (16, 64),
+    "g2-standard-32": (32, 128),
+}
+
+# What the boot disk must hold besides the model: the Deep Learning VM image (its own disk is
+# 50 GB) and the llama.cpp CUDA image once pulled (~5 GB), with room for logs and apt.
+BOOT_DISK_BASE_GB = 50
+SERVER_IMAGE_GB = 6
+DISK_HEADROOM_GB = 4
+GIB = 1024**3
+
+# Nominal size of the default model file, used for disk sizing when modelSizeBytes is not pinned.
+NOMINAL_MODEL_BYTES = 23_000_000_000
+
+_ZONE_RE = re.compile(r"^(?P<region>[a-z]+-[a-z]+[0-9]+)-[a-z]$")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_TOOL_NAMES = {"all", "read_file", "file_glob_search", "grep_search", "exec_shell_command", "write_file"}
+_PUBLIC = ipaddress.ip_network("0.0.0.0/0")
+
+
+class ConfigError(ValueError):
+    """A stack config value that cannot be deployed; ``key`` is the full Pulumi config key."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        self.message = message
+        super().__init__(f"{key}: {message}")
+
+
+class StackConfig(BaseModel):
+    """The whole stack config. Field names are snake_case; Pulumi keys are their camelCase aliases."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        strict=True,
+    )
+
+    # Placement and machine.
+    region: str = "us-central1"
+    zone: str = "us-central1-a"
+    machine_type: str = "g2-standard-8"
+    accelerator_type: Literal["nvidia-l4"] = "nvidia-l4"
+    accelerator_count: Literal[1] = 1
+    provisioning_model: Literal["SPOT", "STANDARD"] = "SPOT"
+    boot_disk_type: Literal["pd-ssd", "pd-balanced"] = "pd-ssd"
+    boot_disk_size_gb: int = Field(default=100, le=65536)
+    image_project: str = "deeplearning-platform-release"
+    image_family: str = "common-cu129-ubuntu-2204-nvidia-580"
+    use_tooling_image: bool = True
+    build_tooling_image: bool = False
+
+    # The model and its cache.
+    model_repo: str = "unsloth/Qwen3.6-35B-A3B-MTP-GGUF"
+    model_file: str = "Qwen3.6-35B-A3B-UD-Q4_K_XL.gguf"
+    model_revision: str = "main"
+    model_sha256: str = ""
+    model_size_bytes: int = Field(default=0, ge=0)
+    keep_model_bucket: bool = True
+    self_stage_model: bool = True
+
+    # llama-server.
+    llama_cpp_build: int = Field(default=LLAMA_CPP_BUILD, ge=1)
+    ctx_size: int = Field(default=56320, ge=512, le=262144)
+    degraded_ctx_size: int = Field(default=8192, ge=512, le=262144)
+    parallel: int = Field(default=1, ge=1, le=64)
+    spec_draft_n_max: int = Field(default=2, ge=0, le=16)
+    spec_draft_p_min: float = Field(default=0.0, ge=0.0, le=1.0)
+    ubatch_size: int = Field(default=64, ge=1, le=8192)
+    batch_size: int = Field(default=512, ge=1, le=65536)
+    alias: str = "Qwen3.6-35B-A3B-Q4KXL-MTP"
+    threads: int = Field(default=0, ge=0, le=256)
+    backend_sampling: bool = True
+    tools: list[str] = Field(default_factory=list)
+
+    # Access.
+    source_ranges: list[str] = Field(default_factory=list)
+    allow_public_internet: bool = False
+    api_key: bool = True
+    health_timeout_minutes: int = Field(default=20, ge=1, le=120)
+
+    @field_validator("zone")
+    @classmethod
+    def _zone_shape(cls, zone: str) -> str:
+        if not _ZONE_RE.match(zone):
+            raise ValueError("must be a zone name such as 'us-central1-a'")
+        return zone
+
+    @field_validator("machine_type")
+    @classmethod
+    def _machine_type(cls, machine_type: str) -> str:
+        if machine_type not in G2_MACHINE_TYPES:
+            allowed = ", ".join(G2_MACHINE_TYPES)
+            raise ValueError(f"must be a G2 machine type with one L4 and >= 32 GB RAM: {allowed}")
+        return machine_type
+
+    @field_validator("model_sha256")
+    @classmethod
+    def _sha256(cls, value: str) -> str:
+        if value and not _SHA256_RE.match(value):
+            raise ValueError("must be 64 lowercase hex digits, or empty to take the hub's LFS sha256")
+        return value
+
+    @field_validator("model_repo")
+    @classmethod
+    def _repo(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", value):
+            raise ValueError("must be a Hugging Face repo id such as 'owner/name'")
+        return value
+
+    @field_validator("model_file")
+    @classmethod
+    def _file(cls, value: str) -> str:
+        if not value.endswith(".gguf") or value.startswith("/") or ".." in value.split("/"):
+            raise ValueError("must be a relative path to a .gguf file inside the repo")
+        return value
+
+    @field_validator("alias")
+    @classmethod
+    def _alias(cls, value: str) -> str:
+        if not _ALIAS_RE.match(value):
+            raise ValueError("must be 1-64 characters of letters, digits, '.', '_' or '-'")
+        return value
+
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - _TOOL_NAMES)
+        if unknown:
+            raise ValueError(f"unknown tool(s) {unknown}; allowed: {sorted(_TOOL_NAMES)}")
+        return value
+
+    @field_validator("source_ranges")
+    @classmethod
+    def _cidrs(cls, value: list[str]) -> list[str]:
+        for cidr in value:
+            try:
+                network = ipaddress.ip_network(cidr, strict=True)
+            except ValueError as exc:
+                raise ValueError(f"{cidr!r} is not a CIDR range such as '203.0.113.7/32' ({exc})") from None
+            if network.version != 4:
+                raise ValueError(f"{cidr!r}: only IPv4 ranges are supported (the VM has an IPv4 address)")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> StackConfig:
+        match = _ZONE_RE.match(self.zone)
+        if match and match["region"] != self.region:
+            raise _FieldError("zone", f"zone {self.zone!r} is not in region {self.region!r}")
+        if _PUBLIC in {ipaddress.ip_network(c) for c in self.source_ranges} and not self.allow_public_internet:
+            raise _FieldError(
+                "source_ranges",
+                "0.0.0.0/0 opens the server to the whole internet; also set allowPublicInternet: true "
+                "to mean it, or list your own ranges",
+            )
+        if self.min_boot_disk_gb > self.boot_disk_size_gb:
+            raise _FieldError(
+                "boot_disk_size_gb",
+                f"{self.boot_disk_size_gb} GB cannot hold the OS image, the server image and the model; "
+                f"use at least {self.min_boot_disk_gb}",
+            )
+        if self.ubatch_size > self.batch_size:
+            raise _FieldError("ubatch_size", f"must not exceed batchSize ({self.batch_size})")
+        if self.degraded_ctx_size > self.ctx_size:
+            raise _FieldError("degraded_ctx_size", f"must not exceed ctxSize ({self.ctx_size})")
+        if self.threads > self.vcpus:
+            raise _FieldError("threads", f"{self.machine_type} has {self.vcpus} vCPUs; use 0 for all of them")
+        return self
+
+    @property
+    def vcpus(self) -> int:
+        return G2_MACHINE_TYPES[self.machine_type][0]
+
+    @property
+    def server_threads(self) -> int:
+        return self.threads or self.vcpus
+
+    @property
+    def model_bytes_for_sizing(self) -> int:
+        return self.model_size_bytes or NOMINAL_MODEL_BYTES
+
+    @property
+    def min_boot_disk_gb(self) -> int:
+        model_gb = math.ceil(self.model_bytes_for_sizing / GIB)
+        return BOOT_DISK_BASE_GB + SERVER_IMAGE_GB + DISK_HEADROOM_GB + model_gb
+
+    @property
+    def public_endpoint(self) -> bool:
+        """Whether any source range outside Google's IAP proxies may reach port 8080."""
+        return bool(self.source_ranges)
+
+
+class _FieldError(ValueError):
+    """Raised inside the model validator to blame one field rather than the whole model."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+def config_key(field: str) -> str:
+    return f"{PROJECT}:{to_camel(field)}"
+
+
+def _field_types() -> dict[str, Any]:
+    return {to_camel(name): info.annotation for name, info in StackConfig.model_fields.items()}
+
+
+def _decode(key: str, raw: Any, annotation: Any) -> Any:
+    """Pulumi hands every value over as a string; non-string keys hold JSON (true, 42, ["a"])."""
+    if annotation is str or not isinstance(raw, str):
+        return raw
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        raise ConfigError(f"{PROJECT}:{key}", f"{raw!r} is not a valid {_type_name(annotation)}") from None
+
+
+def _type_name(annotation: Any) -> str:
+    names = {bool: "boolean (true or false)", int: "integer", float: "number"}
+    return names.get(annotation, "JSON list of strings" if "list" in str(annotation) else "value")
+
+
+def parse_config(raw: Mapping[str, Any]) -> StackConfig:
+    """Validate the ``qwen36-mtp-l4:*`` entries of a Pulumi config bag (other namespaces are ignored)."""
+    types = _field_types()
+    data: dict[str, Any] = {}
+    for full_key, value in sorted(raw.items()):
+        namespace, _, key = full_key.partition(":")
+        if namespace != PROJECT:
+            continue
+        if key not in types:
+            known = ", ".join(sorted(types))
+            raise ConfigError(full_key, f"unknown key; the keys of this project are: {known}")
+        data[key] = _decode(key, value, types[key])
+    try:
+        return StackConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _as_config_error(exc, data) from None
+
+
+def _as_config_error(exc: ValidationError, data: Mapping[str, Any]) -> ConfigError:
+    error = exc.errors()[0]
+    ctx_error = error.get("ctx", {}).get("error")
+    if isinstance(ctx_error, _FieldError):
+        key = to_camel(ctx_error.field)
+        return ConfigError(f"{PROJECT}:{key}", f"{data.get(key)!r}: {ctx_error}")
+    loc = [str(part) for part in error["loc"]]
+    key = loc[0] if loc else "?"
+    value = data.get(key, error.get("input"))
+    message = str(ctx_error) if ctx_error is not None else error["msg"]
+    where = f"[{loc[1]}] " if len(loc) > 1 else ""
+    return ConfigError(f"{PROJECT}:{key}", f"{where}{value!r}: {message}")
+
+
+def load_config() -> StackConfig:
+    """Read the running Pulumi program's config (CLI-provided and test-set values alike)."""
+    from pulumi.runtime import config as runtime_config
+
+    raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    return parse_config(raw)

@@ -1,0 +1,68 @@
+"""The single source of truth for llama-server's arguments.
+
+The boot script, the Dockerfile/compose files and the contract tests against the real pinned
+llama-server all take the argument list from :func:`server_args`; nothing else spells a flag.
+Spellings are those of the pinned build (``infra/llama_cpp.py``): ``--load-mode none`` replaced
+``--no-mmap``, which that build rejects.
+"""
+
+from __future__ import annotations
+
+from infra.config import StackConfig
+
+PORT = 8080
+CONTAINER_MODEL_DIR = "/models"
+CONTAINER_API_KEY_FILE = "/run/secrets/llama-api-key"
+
+
+def container_model_path(cfg: StackConfig) -> str:
+    return f"{CONTAINER_MODEL_DIR}/{cfg.model_file.rsplit('/', 1)[-1]}"
+
+
+def server_args(
+    cfg: StackConfig,
+    *,
+    model_path: str,
+    api_key_file: str | None,
+    host: str = "0.0.0.0",
+    port: int = PORT,
+    ctx_size: int | None = None,
+) -> list[str]:
+    """llama-server's argument list for a validated config (no container or GPU wrapper).
+
+    ``ctx_size`` overrides the configured context, for the degraded ECC-on mode.
+    ``api_key_file`` is None only where the user turned the API key off.
+    """
+    args = [
+        "--model", model_path,
+        "--alias", cfg.alias,
+        "--host", host,
+        "--port", str(port),
+        "--jinja",
+        "--ctx-size", str(ctx_size if ctx_size is not None else cfg.ctx_size),
+        "--parallel", str(cfg.parallel),
+        "--flash-attn", "on",
+        # Every layer and every MoE expert on the GPU: one expert left on the CPU costs ~28 %.
+        "--n-gpu-layers", "99",
+        "--n-cpu-moe", "0",
+        # A small ubatch shrinks the compute buffer so the weights and 56K of KV fit in 24 GB;
+        # decode is batch-1, so it costs prompt speed only.
+        "--ubatch-size", str(cfg.ubatch_size),
+        "--batch-size", str(cfg.batch_size),
+        "--load-mode", "none",
+        "--threads", str(cfg.server_threads),
+        "--metrics",
+        "--no-warmup",
+    ]  # fmt: skip
+    if cfg.spec_draft_n_max > 0:
+        args += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(cfg.spec_draft_n_max)]
+        if cfg.spec_draft_p_min > 0:
+            args += ["--spec-draft-p-min", f"{cfg.spec_draft_p_min:g}"]
+    if cfg.backend_sampling:
+        args.append("--backend-sampling")
+    if api_key_file is not None:
+        args += ["--api-key-file", api_key_file]
+    if cfg.tools:
+        # Server-side tools run shell commands and write files on the VM: only on explicit request.
+        args += ["--tools", ",".join(cfg.tools)]
+    return args
