@@ -1,0 +1,59 @@
+"""Renders the builder VM's startup script: a shell-quoted variable block on top of ``startup/bake.sh``.
+
+The rendered text also names the tooling image (its hash is part of the image name), so it holds
+nothing time-dependent or random: the same config always gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from infra import boot_protocol
+from infra.config import StackConfig
+from infra.llama_cpp import server_image
+
+BODY_PATH = Path(__file__).resolve().parent.parent / "startup" / "bake.sh"
+
+# The bake's own phases, reported under the boot script's namespace and keys so the same
+# guest-attribute follower reads both; "ready" and "failed" are shared terminal reports.
+BAKE_PHASES = (
+    "bake-start",
+    "bake-docker",
+    "bake-runtime",
+    "bake-pull",
+    "bake-clean",
+    boot_protocol.PHASE_READY,
+)
+
+
+def _variables(cfg: StackConfig) -> dict[str, str]:
+    return {
+        "SERVER_IMAGE": server_image(cfg.llama_cpp_build),
+        "GA_NAMESPACE": boot_protocol.NAMESPACE,
+        "KEY_PHASE": boot_protocol.KEY_PHASE,
+        "KEY_DETAIL": boot_protocol.KEY_DETAIL,
+        "KEY_TIME": boot_protocol.KEY_TIME,
+        "PHASE_READY": boot_protocol.PHASE_READY,
+        "PHASE_FAILED": boot_protocol.PHASE_FAILED,
+    }
+
+
+def shell_quote(value: str) -> str:
+    """Always single-quoted (shlex leaves ``time`` bare, which shellcheck reads as a command)."""
+    return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
+def render_bake_script(cfg: StackConfig) -> str:
+    """The startup script for the builder VM: shebang, config block, then startup/bake.sh verbatim."""
+    block = "".join(f"{name}={shell_quote(value)}\n" for name, value in _variables(cfg).items())
+    return (
+        "#!/bin/bash\n"
+        "# Rendered by infra/bake_script.py from the stack config; the body is startup/bake.sh.\n"
+        f"{block}\n{BODY_PATH.read_text(encoding='utf-8')}"
+    )
+
+
+def bake_script_hash(script: str, length: int = 8) -> str:
+    """A short content hash for image names: a changed bake script makes a new image."""
+    return hashlib.sha256(script.encode()).hexdigest()[:length]
