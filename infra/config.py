@@ -1,7 +1,7 @@
 """The stack configuration: read once from Pulumi config, validated before any resource exists.
 
 Every key lives in the project namespace (``qwen36-mtp-l4:<key>``) and is declared, with its
-default and description, in ``Pulumi.yaml``; ``tests/test_config.py`` keeps the two in step.
+default and description, in ``Pulumi.yaml``; ``tests/infra/test_pulumi_yaml.py`` keeps the two in step.
 Errors name the Pulumi config key, the value that was given and what is allowed.
 """
 
@@ -179,7 +179,8 @@ class StackConfig(BaseModel):
         match = _ZONE_RE.match(self.zone)
         if match and match["region"] != self.region:
             raise _FieldError("zone", f"zone {self.zone!r} is not in region {self.region!r}")
-        if _PUBLIC in {ipaddress.ip_network(c) for c in self.source_ranges} and not self.allow_public_internet:
+        opens_everything = _PUBLIC in {ipaddress.ip_network(c) for c in self.source_ranges}
+        if opens_everything and not self.allow_public_internet:
             raise _FieldError(
                 "source_ranges",
                 "0.0.0.0/0 opens the server to the whole internet; also set allowPublicInternet: true "
@@ -291,3 +292,36 @@ def load_config() -> StackConfig:
 
     raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
     return parse_config(raw)
+
+
+GCP_PROJECT_KEY = "gcp:project"
+_NAME_UNSAFE = re.compile(r"[^a-z0-9-]+")
+
+
+def require_gcp_project(raw: Mapping[str, Any]) -> str:
+    """The Google Cloud project from the gcp provider's own config key, checked before anything is built."""
+    project = str(raw.get(GCP_PROJECT_KEY) or "").strip()
+    if not project:
+        raise ConfigError(
+            GCP_PROJECT_KEY,
+            "is not set; run `pulumi config set gcp:project <your-project-id>` "
+            "(the project that will own the VM, bucket and secret)",
+        )
+    return project
+
+
+def load_gcp_project() -> str:
+    from pulumi.runtime import config as runtime_config
+
+    return require_gcp_project({**runtime_config.get_config_env(), **runtime_config.CONFIG.get()})
+
+
+def deployment_name(stack: str, *, max_length: int = 30) -> str:
+    """A GCE-safe name for this stack's resources, e.g. ``qwen36-dev``.
+
+    Service-account ids allow 6-30 characters of ``[a-z0-9-]``, starting with a letter and not
+    ending with '-', the tightest rule among the names we derive, so one slug fits them all.
+    https://cloud.google.com/iam/docs/service-accounts-create#creating
+    """
+    slug = _NAME_UNSAFE.sub("-", stack.lower()).strip("-") or "stack"
+    return f"qwen36-{slug}"[:max_length].rstrip("-")

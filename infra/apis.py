@@ -1,0 +1,42 @@
+"""The Google APIs the deployment needs, enabled once and left enabled on destroy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_gcp as gcp
+
+# secretmanager holds the API key; iap carries SSH and the 8080 tunnel when no range is open.
+REQUIRED_SERVICES = (
+    "compute.googleapis.com",
+    "storage.googleapis.com",
+    "secretmanager.googleapis.com",
+    "iap.googleapis.com",
+)
+
+
+@dataclass
+class ApisArgs:
+    project: pulumi.Input[str]
+
+
+class Apis(pulumi.ComponentResource):
+    """Enables each service; other projects' workloads may use them, so destroy leaves them on."""
+
+    services: list[gcp.projects.Service]
+
+    def __init__(self, name: str, args: ApisArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("qwen36:infra:Apis", name, None, opts)
+        self.services = [
+            gcp.projects.Service(
+                f"{name}-{service.split('.')[0]}",
+                project=args.project,
+                service=service,
+                # Disabling a shared API on destroy would break anything else in the project using it.
+                disable_on_destroy=False,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            for service in REQUIRED_SERVICES
+        ]
+        self.register_outputs({"services": [s.service for s in self.services]})

@@ -1,0 +1,68 @@
+"""The server's own service account, with only what the boot needs.
+
+The default compute account carries project Editor in many projects; with the cloud-platform
+scope that would hand the VM (and anything that breaks into llama-server) the whole project.
+https://cloud.google.com/compute/docs/access/service-accounts#default_service_account
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_gcp as gcp
+
+BUCKET_READ_ROLE = "roles/storage.objectViewer"
+# Lets the first boot stage the model from Hugging Face into the cache for later boots.
+BUCKET_WRITE_ROLE = "roles/storage.objectCreator"
+PROJECT_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
+
+
+@dataclass
+class IdentityArgs:
+    project: pulumi.Input[str]
+    account_id: str
+    bucket: pulumi.Input[str]
+    self_stage_model: bool
+    depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
+
+
+class Identity(pulumi.ComponentResource):
+    """Read access to the model bucket only (create too when self-staging), logs and metrics."""
+
+    account: gcp.serviceaccount.Account
+    email: pulumi.Output[str]
+    member: pulumi.Output[str]
+
+    def __init__(self, name: str, args: IdentityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("qwen36:infra:Identity", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
+        self.account = gcp.serviceaccount.Account(
+            f"{name}-sa",
+            project=args.project,
+            account_id=args.account_id,
+            display_name="qwen36-mtp-l4 llama-server VM",
+            description="Reads the model cache and the API key; writes logs and metrics",
+            opts=child,
+        )
+        self.email = self.account.email
+        self.member = self.account.email.apply(lambda email: f"serviceAccount:{email}")
+        bucket_roles = [BUCKET_READ_ROLE] + ([BUCKET_WRITE_ROLE] if args.self_stage_model else [])
+        for role in bucket_roles:
+            gcp.storage.BucketIAMMember(
+                f"{name}-bucket-{role.split('.')[-1].lower()}",
+                bucket=args.bucket,
+                role=role,
+                member=self.member,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        for role in PROJECT_ROLES:
+            gcp.projects.IAMMember(
+                f"{name}-{role.split('/')[-1].replace('.', '-').lower()}",
+                project=args.project,
+                role=role,
+                member=self.member,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        self.register_outputs({"email": self.email})
