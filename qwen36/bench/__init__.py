@@ -1,0 +1,5 @@
+"""Measure a llama-server endpoint (``bench``, ``load``) and search for its best flags (``tune``)."""
+
+from qwen36.bench.cli import register
+
+__all__ = ["register"]

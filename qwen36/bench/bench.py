@@ -1,0 +1,132 @@
+"""The bench: per-workload decode speed, MTP acceptance and prompt speed, measured honestly.
+
+One uncounted warm-up, then ``reps`` distinct greedy requests per workload with the prompt cache
+off. Decode speed is the server's own ``timings.predicted_per_second`` (prompt processing
+excluded); acceptance is ``draft_n_accepted / draft_n`` summed over the repetitions. The first
+error stops the run; what was measured until then is kept and reported.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from qwen36.bench.client import Client, Completion, EndpointError
+from qwen36.bench.workloads import MAX_REPS, WARMUP_PROMPT, Workload
+
+DEFAULT_MAX_TOKENS = 256
+DEFAULT_REPS = 2
+WARMUP_MAX_TOKENS = 16
+
+NO_DRAFTS_NOTE = (
+    "the server made no drafts (no draft_n in its timings), so acceptance is n/a: it runs without "
+    "MTP; start it with --spec-type draft-mtp on an MTP model (stack config specDraftNMax > 0)"
+)
+
+
+@dataclass
+class WorkloadResult:
+    name: str
+    samples: list[Completion] = field(default_factory=list)
+
+    @property
+    def decode_tps(self) -> float:
+        return statistics.fmean(s.predicted_per_second for s in self.samples)
+
+    @property
+    def prompt_tps(self) -> float:
+        return statistics.fmean(s.prompt_per_second for s in self.samples)
+
+    @property
+    def wall_s(self) -> float:
+        return statistics.fmean(s.wall_s for s in self.samples)
+
+    @property
+    def predicted_n(self) -> int:
+        return sum(s.predicted_n for s in self.samples)
+
+    @property
+    def drafts(self) -> tuple[int, int] | None:
+        """(accepted, drafted) summed over repetitions; None when the server reported no drafts."""
+        with_drafts = [s for s in self.samples if s.draft_n is not None]
+        if not with_drafts:
+            return None
+        return sum(s.draft_n_accepted or 0 for s in with_drafts), sum(s.draft_n or 0 for s in with_drafts)
+
+    @property
+    def acceptance(self) -> float | None:
+        drafts = self.drafts
+        if drafts is None or drafts[1] == 0:
+            return None
+        return drafts[0] / drafts[1]
+
+
+@dataclass
+class BenchResult:
+    url: str
+    max_tokens: int
+    reps: int
+    planned: int
+    workloads: list[WorkloadResult] = field(default_factory=list)
+    error: EndpointError | None = None
+
+    @property
+    def measured(self) -> list[WorkloadResult]:
+        return [w for w in self.workloads if w.samples]
+
+    @property
+    def completed(self) -> int:
+        return sum(len(w.samples) for w in self.workloads)
+
+    @property
+    def mean_tps(self) -> float | None:
+        measured = self.measured
+        return statistics.fmean(w.decode_tps for w in measured) if measured else None
+
+    @property
+    def minimum(self) -> WorkloadResult | None:
+        measured = self.measured
+        return min(measured, key=lambda w: w.decode_tps) if measured else None
+
+    @property
+    def acceptance(self) -> float | None:
+        drafts = [d for w in self.measured if (d := w.drafts) is not None]
+        total = sum(d[1] for d in drafts)
+        return sum(d[0] for d in drafts) / total if total else None
+
+    @property
+    def notes(self) -> list[str]:
+        if self.measured and all(w.drafts is None for w in self.measured):
+            return [NO_DRAFTS_NOTE]
+        return []
+
+
+def run_bench(
+    client: Client,
+    workloads: Sequence[Workload],
+    *,
+    reps: int = DEFAULT_REPS,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    warmup: bool = True,
+    on_request: Callable[[str], None] | None = None,
+) -> BenchResult:
+    """Run the bench; never raises EndpointError (it lands in ``result.error``)."""
+    if not 1 <= reps <= MAX_REPS:
+        raise ValueError(f"reps must be between 1 and {MAX_REPS} (one distinct prompt per repetition)")
+    result = BenchResult(url=client.url, max_tokens=max_tokens, reps=reps, planned=len(workloads) * reps)
+    step = on_request or (lambda _label: None)
+    try:
+        client.check_health()
+        if warmup:
+            client.chat(WARMUP_PROMPT, min(max_tokens, WARMUP_MAX_TOKENS))
+            step("warm-up")
+        for workload in workloads:
+            current = WorkloadResult(workload.name)
+            result.workloads.append(current)
+            for rep in range(reps):
+                current.samples.append(client.chat(workload.prompt(rep), max_tokens))
+                step(f"{workload.name} {rep + 1}/{reps}")
+    except EndpointError as exc:
+        result.error = exc
+    return result

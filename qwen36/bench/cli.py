@@ -1,0 +1,344 @@
+"""The ``bench``, ``load`` and ``tune`` subcommands (registered into ``python -m qwen36``).
+
+Exit status: 0 when everything was measured, 1 when an error stopped or spoiled the run (the
+partial results are printed first, then one ``error:`` line), 2 for unusable arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from infra.config import ConfigError, StackConfig, parse_config
+from qwen36.bench import report
+from qwen36.bench.bench import DEFAULT_MAX_TOKENS, DEFAULT_REPS, run_bench
+from qwen36.bench.client import DEFAULT_REQUEST_TIMEOUT_S, Client
+from qwen36.bench.endpoint import API_KEY_ENV, URL_ENV, EndpointConfigError, resolve
+from qwen36.bench.launcher import DockerLauncher, Launcher, LocalLauncher
+from qwen36.bench.load import DEFAULT_CLIENTS, run_load
+from qwen36.bench.load import DEFAULT_MAX_TOKENS as LOAD_MAX_TOKENS
+from qwen36.bench.tune import (
+    DEFAULT_CTX_RESOLUTION,
+    DEFAULT_N_MAX,
+    DEFAULT_P_MIN,
+    DEFAULT_PARALLEL,
+    TuneResult,
+    search_ctx,
+    sweep_draft,
+    sweep_parallel,
+)
+from qwen36.bench.workloads import MAX_REPS, WORKLOAD_NAMES, select
+
+SWEEPS = ("n-max", "p-min", "parallel", "ctx")
+_SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+
+
+def _stdout() -> Console:
+    return Console(soft_wrap=True)
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, soft_wrap=True)
+
+
+def _fail(message: str) -> int:
+    _stderr().print(f"error: {message}", markup=False, highlight=False)
+    return 1
+
+
+def _csv(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
+    def parse(text: str) -> list[Any]:
+        try:
+            return [kind(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list") from None
+
+    return parse
+
+
+def _size(text: str) -> int:
+    unit = text[-1:].upper() if text[-1:].upper() in _SIZE_UNITS else ""
+    number = text[:-1] if unit else text
+    try:
+        return int(float(number) * _SIZE_UNITS[unit])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 512M or 2G") from None
+
+
+def _add_endpoint(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url", help=f"server root or OpenAI base URL (env {URL_ENV}; default: stack output)"
+    )
+    parser.add_argument("--api-key", help=f"bearer key (env {API_KEY_ENV}; default: stack output apiKey)")
+    parser.add_argument("--stack", help="Pulumi stack to read outputs from (default: the selected one)")
+    parser.add_argument(
+        "--timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT_S, help="seconds per request"
+    )
+
+
+def _add_output(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json", nargs="?", const="-", metavar="PATH", help="JSON document to stdout or PATH"
+    )
+    parser.add_argument(
+        "--markdown", nargs="?", const="-", metavar="PATH", help="Markdown table to stdout or PATH"
+    )
+
+
+def _emit(target: str | None, text: str) -> None:
+    if target is None:
+        return
+    if target == "-":
+        sys.stdout.write(text)
+    else:
+        Path(target).write_text(text)
+
+
+@contextmanager
+def _progress(total: int, enabled: bool) -> Iterator[Callable[[str], None]]:
+    progress = Progress(
+        TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=_stderr(), transient=True, disable=not enabled,
+    )  # fmt: skip
+    with progress:
+        task = progress.add_task("starting", total=total)
+
+        def advance(label: str) -> None:
+            progress.update(task, advance=1, description=label)
+
+        yield advance
+
+
+def register(subparsers: Any) -> None:
+    """Add ``bench``, ``load`` and ``tune`` to the project's CLI."""
+    bench = subparsers.add_parser("bench", help="decode tok/s per workload, greedy, prompt cache off")
+    _add_endpoint(bench)
+    bench.add_argument(
+        "--reps", type=int, default=DEFAULT_REPS, help=f"distinct prompts per workload (1-{MAX_REPS})"
+    )
+    bench.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="new tokens per request")
+    bench.add_argument("--workloads", type=_csv(str), help=f"subset of {','.join(WORKLOAD_NAMES)}")
+    _add_output(bench)
+    bench.add_argument("--png", type=Path, help="also write a bar chart (needs matplotlib)")
+    bench.set_defaults(func=cmd_bench)
+
+    load = subparsers.add_parser("load", help="N concurrent clients; aggregate tok/s, latency, errors")
+    _add_endpoint(load)
+    load.add_argument(
+        "--clients", type=int, default=DEFAULT_CLIENTS, help="concurrent clients (match --parallel)"
+    )
+    load.add_argument("--requests", type=int, help="stop after this many requests")
+    load.add_argument("--duration", type=float, help="stop sending new requests after this many seconds")
+    load.add_argument("--max-tokens", type=int, default=LOAD_MAX_TOKENS, help="new tokens per request")
+    _add_output(load)
+    load.set_defaults(func=cmd_load)
+
+    tune = subparsers.add_parser("tune", help="start the server with varied flags and find the best")
+    tune.add_argument("--launcher", choices=("docker", "local"), default="docker")
+    tune.add_argument("--server-bin", type=Path, help="local: llama-server binary (default: from PATH)")
+    tune.add_argument("--model", type=Path, help="local: the GGUF file")
+    tune.add_argument("--memory-limit", type=_size, help="local: cap the server's address space (e.g. 6G)")
+    tune.add_argument("--model-dir", type=Path, help="docker: host folder holding the GGUF")
+    tune.add_argument("--api-key-file", type=Path, help="docker: host file with the API key to start with")
+    tune.add_argument("--api-key", help="local: start the server with this API key")
+    tune.add_argument("--config", type=Path, help="a Pulumi.<stack>.yaml to start from")
+    tune.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="config override (camelCase)"
+    )
+    tune.add_argument(
+        "--sweep", action="append", choices=SWEEPS, help="what to tune (repeatable; default all)"
+    )
+    tune.add_argument("--n-max", type=_csv(int), default=list(DEFAULT_N_MAX))
+    tune.add_argument("--p-min", type=_csv(float), default=list(DEFAULT_P_MIN))
+    tune.add_argument("--parallel", type=_csv(int), default=list(DEFAULT_PARALLEL))
+    tune.add_argument("--ctx-min", type=int, default=8192)
+    tune.add_argument("--ctx-max", type=int, default=65536)
+    tune.add_argument("--ctx-resolution", type=int, default=DEFAULT_CTX_RESOLUTION)
+    tune.add_argument("--reps", type=int, default=1)
+    tune.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    tune.add_argument("--workloads", type=_csv(str))
+    tune.add_argument("--timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT_S)
+    tune.add_argument("--json", nargs="?", const="-", metavar="PATH")
+    tune.set_defaults(func=cmd_tune)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    try:
+        workloads = select(args.workloads)
+        endpoint = resolve(args.url, args.api_key, stack=args.stack)
+    except (ValueError, EndpointConfigError) as exc:
+        return _fail(str(exc))
+    if not 1 <= args.reps <= MAX_REPS:
+        return _fail(f"--reps must be between 1 and {MAX_REPS} (one distinct prompt per repetition)")
+    machine_output = "-" in (args.json, args.markdown)
+    with (
+        Client(endpoint.url, endpoint.api_key, args.timeout) as client,
+        _progress(1 + len(workloads) * args.reps, enabled=True) as advance,
+    ):
+        result = run_bench(client, workloads, reps=args.reps, max_tokens=args.max_tokens, on_request=advance)
+    if not machine_output:
+        _stdout().print(report.bench_table(result))
+    _emit(args.json, json.dumps(report.bench_json(result), indent=2) + "\n")
+    _emit(args.markdown, report.bench_markdown(result))
+    warn = _stderr()
+    for note in result.notes:
+        warn.print(f"note: {note}", markup=False, highlight=False)
+    if args.png is not None and (problem := report.bench_png(result, args.png)):
+        warn.print(f"note: {problem}", markup=False, highlight=False)
+    if result.error is not None:
+        done = f" (partial results: {result.completed} of {result.planned} requests measured)"
+        return _fail(result.error.message + (done if result.completed else ""))
+    return 0
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    if args.requests is None and args.duration is None:
+        return _fail("bound the run with --requests N, --duration SECONDS, or both")
+    try:
+        endpoint = resolve(args.url, args.api_key, stack=args.stack)
+    except EndpointConfigError as exc:
+        return _fail(str(exc))
+    total = args.requests or 0
+    with _progress(total, enabled=True) as advance:
+        result = run_load(
+            endpoint.url, endpoint.api_key, clients=args.clients, requests=args.requests,
+            duration_s=args.duration, max_tokens=args.max_tokens, timeout_s=args.timeout,
+            on_done=lambda o: advance("ok" if o.ok else o.error.kind if o.error else "?"),
+        )  # fmt: skip
+    if "-" not in (args.json, args.markdown):
+        _stdout().print(report.load_table(result))
+    _emit(args.json, json.dumps(report.load_json(result), indent=2) + "\n")
+    _emit(args.markdown, report.load_markdown(result))
+    if result.startup_error is not None:
+        return _fail(result.startup_error.message)
+    if result.errors_by_kind:
+        first = next(iter(result.error_messages.values()))
+        counts = ", ".join(f"{k} {n}" for k, n in result.errors_by_kind.items())
+        return _fail(
+            f"{sum(result.errors_by_kind.values())} of {result.sent} requests failed ({counts}): {first}"
+        )
+    return 0
+
+
+def _read_stack_file(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text()) or {}
+    raw = data.get("config", {}) if isinstance(data, dict) else {}
+    # Secrets ({"secure": ...}) are ciphertext here and none of them sets a server flag.
+    return {k: v for k, v in raw.items() if not isinstance(v, dict)}
+
+
+def base_config(config_file: Path | None, overrides: list[str]) -> StackConfig:
+    raw: dict[str, Any] = _read_stack_file(config_file) if config_file else {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(key, "--set needs KEY=VALUE, e.g. --set threads=2")
+        raw[key if ":" in key else f"qwen36-mtp-l4:{key}"] = value
+    return parse_config(raw)
+
+
+def make_launcher(args: argparse.Namespace) -> Launcher:
+    if args.launcher == "local":
+        if args.model is None:
+            raise ValueError("--launcher local needs --model PATH (the GGUF file)")
+        binary = args.server_bin or (Path(found) if (found := shutil.which("llama-server")) else None)
+        if binary is None:
+            raise ValueError("no llama-server on PATH: pass --server-bin")
+        return LocalLauncher(binary, args.model, api_key=args.api_key, memory_limit_bytes=args.memory_limit)
+    if args.model_dir is None:
+        raise ValueError("--launcher docker needs --model-dir (the host folder holding the GGUF)")
+    return DockerLauncher(args.model_dir, api_key_file=args.api_key_file)
+
+
+def run_tune(
+    args: argparse.Namespace, launcher: Launcher, base: StackConfig, say: Callable[[str], None]
+) -> TuneResult:
+    sweeps = args.sweep or list(SWEEPS)
+    workloads = select(args.workloads)
+    bench_opts = {
+        "reps": args.reps,
+        "max_tokens": args.max_tokens,
+        "timeout_s": args.timeout,
+        "progress": say,
+    }
+    result = TuneResult(base)
+    current = base
+    if "n-max" in sweeps:
+        result.n_max, best = sweep_draft(
+            launcher, current, "spec_draft_n_max", args.n_max, workloads, **bench_opts
+        )
+        if best is not None:
+            result.winners["spec_draft_n_max"] = best.setting["spec_draft_n_max"]
+    current = current.model_copy(update=result.winners)
+    if "p-min" in sweeps and current.spec_draft_n_max > 0:
+        result.p_min, best = sweep_draft(
+            launcher, current, "spec_draft_p_min", args.p_min, workloads, **bench_opts
+        )
+        if best is not None:
+            result.winners["spec_draft_p_min"] = best.setting["spec_draft_p_min"]
+    current = current.model_copy(update=result.winners)
+    if "parallel" in sweeps:
+        result.parallel, best = sweep_parallel(
+            launcher, current, args.parallel, max_tokens=args.max_tokens, timeout_s=args.timeout, progress=say
+        )
+        if best is not None:
+            result.winners["parallel"] = best.setting["parallel"]
+    current = current.model_copy(update=result.winners)
+    if "ctx" in sweeps:
+        result.ctx_resolution = args.ctx_resolution
+        result.ctx, best_ctx, at_bound = search_ctx(
+            launcher,
+            current,
+            args.ctx_min,
+            args.ctx_max,
+            args.ctx_resolution,
+            timeout_s=args.timeout,
+            progress=say,
+        )
+        result.ctx_at_upper_bound = at_bound
+        if best_ctx is not None:
+            result.winners["ctx_size"] = best_ctx
+    return result
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    try:
+        base = base_config(args.config, args.set)
+        launcher = make_launcher(args)
+        select(args.workloads)
+    except (ConfigError, ValueError, OSError) as exc:
+        return _fail(str(exc))
+    err = _stderr()
+    result = run_tune(
+        args, launcher, base, lambda label: err.print(f"tune: {label}", markup=False, highlight=False)
+    )
+    if args.json == "-":
+        sys.stdout.write(json.dumps(report.tune_json(result), indent=2) + "\n")
+    else:
+        _emit(args.json, json.dumps(report.tune_json(result), indent=2) + "\n")
+        out = _stdout()
+        report.print_tables(out, report.tune_tables(result))
+        if result.ctx_at_upper_bound:
+            out.print(
+                f"note: ctx-size {args.ctx_max} (the top of the range) loaded; "
+                "raise --ctx-max to look further"
+            )
+        if result.winners:
+            out.print("Winners; put them into the stack config with:", markup=False)
+            for line in result.config_lines():
+                out.print(f"  {line}", markup=False, highlight=False)
+        if (problem := result.config_problem()) is not None:
+            out.print(f"note: with these values `pulumi up` would refuse the config: {problem}", markup=False)
+    if not result.winners:
+        return _fail("no setting could be measured: see the FAILED rows above")
+    return 0

@@ -1,0 +1,97 @@
+"""Where the server is and which key it wants: flags, then environment, then the stack outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+URL_ENV = "QWEN36_URL"
+API_KEY_ENV = "QWEN36_API_KEY"
+STACK_OUTPUT_TIMEOUT_S = 60
+# The deployed stack exports these (see __main__.py); apiBaseUrl may end in /v1.
+URL_OUTPUTS = ("apiBaseUrl", "webUiUrl")
+KEY_OUTPUT = "apiKey"
+
+
+class EndpointConfigError(Exception):
+    """No usable URL; the message says where to get one."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    api_key: str | None
+    source: str
+
+
+def project_root(start: Path) -> Path | None:
+    """The nearest folder holding Pulumi.yaml, i.e. whether we run inside the project."""
+    for folder in (start, *start.parents):
+        if (folder / "Pulumi.yaml").is_file():
+            return folder
+    return None
+
+
+def stack_outputs(root: Path, stack: str | None = None) -> dict[str, object]:
+    pulumi = shutil.which("pulumi")
+    if pulumi is None:
+        raise EndpointConfigError(
+            "the pulumi CLI is not installed, so the endpoint cannot be read from the stack outputs: "
+            f"pass --url and --api-key (or set {URL_ENV} and {API_KEY_ENV})"
+        )
+    command = [pulumi, "stack", "output", "--json", "--show-secrets"]
+    if stack:
+        command += ["--stack", stack]
+    try:
+        result = subprocess.run(
+            command, cwd=root, capture_output=True, text=True, timeout=STACK_OUTPUT_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise EndpointConfigError(
+            f"'pulumi stack output' took over {STACK_OUTPUT_TIMEOUT_S} s: "
+            "check `pulumi whoami`, or pass --url"
+        ) from None
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no error text"])[-1]
+        raise EndpointConfigError(
+            f"'pulumi stack output' failed ({last}): select a stack (pulumi stack select) or pass --url"
+        )
+    try:
+        outputs = json.loads(result.stdout or "{}")
+    except json.JSONDecodeError:
+        raise EndpointConfigError("'pulumi stack output --json' did not print JSON: pass --url") from None
+    return outputs if isinstance(outputs, dict) else {}
+
+
+def resolve(
+    url: str | None,
+    api_key: str | None,
+    *,
+    cwd: Path | None = None,
+    stack: str | None = None,
+    environ: dict[str, str] | None = None,
+) -> Endpoint:
+    env = os.environ if environ is None else environ
+    key = api_key or env.get(API_KEY_ENV) or None
+    if url:
+        return Endpoint(url, key, "--url")
+    if env.get(URL_ENV):
+        return Endpoint(env[URL_ENV], key, URL_ENV)
+    root = project_root((cwd or Path.cwd()).resolve())
+    if root is None:
+        raise EndpointConfigError(
+            f"no endpoint given: pass --url (or set {URL_ENV}), or run inside the project to use "
+            "the stack outputs"
+        )
+    outputs = stack_outputs(root, stack)
+    found = next((str(outputs[name]) for name in URL_OUTPUTS if outputs.get(name)), None)
+    if found is None:
+        raise EndpointConfigError(
+            "the stack has no apiBaseUrl output yet: run `pulumi up` first, or pass --url"
+        )
+    stack_key = outputs.get(KEY_OUTPUT)
+    return Endpoint(found, key or (str(stack_key) if stack_key else None), "pulumi stack output")

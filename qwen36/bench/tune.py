@@ -1,0 +1,270 @@
+"""``tune``: start the server with varied settings, measure each, and name the winners.
+
+Every setting is the stack config with one field changed (``StackConfig.model_copy``) and turned
+into flags by ``server_args``, so a winner maps one-to-one onto a ``pulumi config set`` line.
+Draft settings are ranked by the bench's headline, the slowest workload's decode speed; slot
+counts by aggregate decode speed under load. The context search assumes that if a size fails,
+every larger size fails too (memory only grows with it) and bisects at the chosen resolution.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from infra.config import ConfigError, StackConfig, config_key, parse_config
+from qwen36.bench.bench import run_bench
+from qwen36.bench.client import Client, EndpointError
+from qwen36.bench.launcher import Launcher, LaunchError
+from qwen36.bench.load import run_load
+from qwen36.bench.workloads import Workload
+
+DEFAULT_N_MAX = (0, 1, 2, 3)
+DEFAULT_P_MIN = (0.0, 0.5, 0.8)
+DEFAULT_PARALLEL = (1, 2, 4)
+DEFAULT_CTX_RESOLUTION = 1024
+FILL_GEN_TOKENS = 8
+# Room left in a filled slot for the generated tokens and the MTP drafts verified past them.
+FILL_MARGIN = 8
+REQUESTS_PER_SLOT = 2
+FILL_TEXT = " the"
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Trial:
+    """One server setting and what it measured (bench figures or load figures)."""
+
+    setting: dict[str, Any]
+    error: str | None = None
+    mean_tps: float | None = None
+    min_tps: float | None = None
+    min_workload: str | None = None
+    acceptance: float | None = None
+    aggregate_tps: float | None = None
+    per_request_tps: float | None = None
+    requests: int = 0
+    failed_requests: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class CtxProbe:
+    ctx_size: int
+    ok: bool
+    detail: str
+
+
+@dataclass
+class TuneResult:
+    base: StackConfig
+    n_max: list[Trial] = field(default_factory=list)
+    p_min: list[Trial] = field(default_factory=list)
+    parallel: list[Trial] = field(default_factory=list)
+    ctx: list[CtxProbe] = field(default_factory=list)
+    ctx_resolution: int | None = None
+    ctx_at_upper_bound: bool = False
+    winners: dict[str, Any] = field(default_factory=dict)
+
+    def config_lines(self) -> list[str]:
+        return [f"pulumi config set {config_key(name)} {_value(v)}" for name, v in self.winners.items()]
+
+    def config_problem(self) -> str | None:
+        """Why the winners together would not pass the stack's own validation, if they would not."""
+        if not self.winners:
+            return None
+        # Validate the winners on top of the base config, as `pulumi up` will.
+        merged = {config_key(k): _value(v) for k, v in self.base.model_dump().items()}
+        merged |= {config_key(k): _value(v) for k, v in self.winners.items()}
+        try:
+            parse_config(merged)
+        except ConfigError as exc:
+            return str(exc)
+        return None
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list):
+        return json.dumps(value)
+    return str(value)
+
+
+def bench_setting(
+    launcher: Launcher,
+    cfg: StackConfig,
+    setting: dict[str, Any],
+    workloads: Sequence[Workload],
+    *,
+    reps: int,
+    max_tokens: int,
+    timeout_s: float,
+) -> Trial:
+    trial = Trial(setting)
+    try:
+        with launcher.launch(cfg) as server, Client(server.base_url, server.api_key, timeout_s) as client:
+            result = run_bench(client, workloads, reps=reps, max_tokens=max_tokens)
+    except LaunchError as exc:
+        trial.error = f"did not start: {exc}"
+        return trial
+    if result.error is not None:
+        trial.error = result.error.message
+    minimum = result.minimum
+    trial.mean_tps = result.mean_tps
+    trial.min_tps = minimum.decode_tps if minimum else None
+    trial.min_workload = minimum.name if minimum else None
+    trial.acceptance = result.acceptance
+    trial.requests = result.completed
+    return trial
+
+
+def _best(trials: list[Trial], key: Callable[[Trial], float | None]) -> Trial | None:
+    scored = [(score, t) for t in trials if t.ok and (score := key(t)) is not None]
+    return max(scored, key=lambda pair: pair[0])[1] if scored else None
+
+
+def sweep_draft(
+    launcher: Launcher,
+    base: StackConfig,
+    field_name: str,
+    values: Sequence[Any],
+    workloads: Sequence[Workload],
+    *,
+    reps: int,
+    max_tokens: int,
+    timeout_s: float,
+    progress: Progress,
+) -> tuple[list[Trial], Trial | None]:
+    trials = []
+    for value in values:
+        progress(f"{field_name}={value}")
+        cfg = base.model_copy(update={field_name: value})
+        trials.append(
+            bench_setting(
+                launcher,
+                cfg,
+                {field_name: value},
+                workloads,
+                reps=reps,
+                max_tokens=max_tokens,
+                timeout_s=timeout_s,
+            )
+        )
+    return trials, _best(trials, lambda t: t.min_tps)
+
+
+def sweep_parallel(
+    launcher: Launcher,
+    base: StackConfig,
+    values: Sequence[int],
+    *,
+    max_tokens: int,
+    timeout_s: float,
+    progress: Progress,
+) -> tuple[list[Trial], Trial | None]:
+    trials = []
+    for slots in values:
+        progress(f"parallel={slots}")
+        trial = Trial({"parallel": slots})
+        cfg = base.model_copy(update={"parallel": slots})
+        try:
+            with launcher.launch(cfg) as server:
+                load = run_load(
+                    server.base_url, server.api_key, clients=slots, requests=slots * REQUESTS_PER_SLOT,
+                    max_tokens=max_tokens, timeout_s=timeout_s,
+                )  # fmt: skip
+        except LaunchError as exc:
+            trial.error = f"did not start: {exc}"
+            trials.append(trial)
+            continue
+        per_request = load.per_request_tps()
+        trial.aggregate_tps = load.aggregate_tps
+        trial.per_request_tps = sum(per_request) / len(per_request) if per_request else None
+        trial.requests = load.sent
+        trial.failed_requests = sum(load.errors_by_kind.values())
+        failure = load.startup_error or next((o.error for o in load.outcomes if o.error), None)
+        if failure is not None:
+            trial.error = failure.message
+        trials.append(trial)
+    return trials, _best(trials, lambda t: t.aggregate_tps)
+
+
+def probe_ctx(launcher: Launcher, cfg: StackConfig, timeout_s: float) -> CtxProbe:
+    """Start at ``cfg.ctx_size`` and fill every slot at once with a prompt as long as the slot holds."""
+    try:
+        with launcher.launch(cfg) as server:
+            with Client(server.base_url, server.api_key, timeout_s) as client:
+                slot_ctx = client.slot_context()
+                token = client.tokenize(FILL_TEXT)[0]
+            fill = max(1, slot_ctx - FILL_GEN_TOKENS - FILL_MARGIN)
+
+            def fill_slot(_slot: int) -> int:
+                with Client(server.base_url, server.api_key, timeout_s) as slot_client:
+                    return slot_client.complete_tokens([token] * fill, FILL_GEN_TOKENS).prompt_n
+
+            with ThreadPoolExecutor(max_workers=cfg.parallel) as pool:
+                list(pool.map(fill_slot, range(cfg.parallel)))
+            with Client(server.base_url, server.api_key, timeout_s) as client:
+                client.check_health()
+    except LaunchError as exc:
+        return CtxProbe(cfg.ctx_size, False, f"did not load: {exc}")
+    except EndpointError as exc:
+        return CtxProbe(cfg.ctx_size, False, f"failed with a full context: {exc.message}")
+    slots = f"{cfg.parallel} slots" if cfg.parallel > 1 else "one slot"
+    return CtxProbe(cfg.ctx_size, True, f"loaded; {slots} of {slot_ctx} tokens filled with {fill} each")
+
+
+def search_ctx(
+    launcher: Launcher,
+    base: StackConfig,
+    low: int,
+    high: int,
+    resolution: int,
+    *,
+    timeout_s: float,
+    progress: Progress,
+) -> tuple[list[CtxProbe], int | None, bool]:
+    """Largest multiple of ``resolution`` in [low, high] that loads and survives being filled.
+
+    Returns the probes, the answer (None when even ``low`` fails), and whether the answer is
+    ``high`` itself (the real limit may lie above the range).
+    """
+    if resolution < 1 or low > high:
+        raise ValueError("need resolution >= 1 and low <= high")
+    k_low = -(-low // resolution)
+    k_high = high // resolution
+    if k_low > k_high:
+        raise ValueError(f"no multiple of {resolution} lies in [{low}, {high}]")
+    probes: list[CtxProbe] = []
+
+    def ok(k: int) -> bool:
+        progress(f"ctx-size={k * resolution}")
+        probe = probe_ctx(launcher, base.model_copy(update={"ctx_size": k * resolution}), timeout_s)
+        probes.append(probe)
+        return probe.ok
+
+    if not ok(k_low):
+        return probes, None, False
+    good, bad = k_low, k_high + 1
+    if k_high > k_low:
+        if ok(k_high):
+            good = k_high
+        else:
+            bad = k_high
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            if ok(mid):
+                good = mid
+            else:
+                bad = mid
+    return probes, good * resolution, good == k_high
