@@ -58,3 +58,8 @@ def validate(document: Any, schema_file: str) -> None:
     schema = json.loads((SCHEMA_DIR / schema_file).read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.Draft202012Validator(schema).validate(document)
+
+
+def count_completions(log: str) -> int:
+    """Requests the server finished, from the timing block it logs after each one."""
+    return log.count("total time =")

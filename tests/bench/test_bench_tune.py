@@ -1,0 +1,73 @@
+"""`tune` starting the real llama-server itself, and the docker launcher's command (no docker here)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from infra.llama_cpp import server_image
+from infra.server_args import CONTAINER_API_KEY_FILE, container_model_path, server_args
+from qwen36.bench.launcher import DockerLauncher
+from tests.bench.servers import CliRun, make_config, validate
+
+# The stack config tune starts from: test threads, a small context (degraded ctx must stay below it).
+TEST_SETTINGS = ("--set", "threads=2", "--set", "ctxSize=2048", "--set", "degradedCtxSize=1024")
+
+
+def test_n_max_and_parallel_sweeps_name_a_winner_and_the_config_lines(
+    cli: Callable[..., CliRun], llama_server_bin: Path, tiny_mtp_model_agreeing: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "tune.json"
+    run = cli(
+        "tune", "--launcher", "local", "--server-bin", str(llama_server_bin),
+        "--model", str(tiny_mtp_model_agreeing), *TEST_SETTINGS,
+        "--sweep", "n-max", "--n-max", "0,2", "--sweep", "parallel", "--parallel", "1,2",
+        "--reps", "1", "--max-tokens", "32", "--workloads", "chat,math", "--json", str(out),
+    )  # fmt: skip
+    assert run.code == 0, run.err
+    print(run.out)
+    doc = json.loads(out.read_text())
+    validate(doc, "tune.schema.json")
+
+    trials = {t["setting"]["spec_draft_n_max"]: t for t in doc["spec_draft_n_max"]}
+    assert set(trials) == {0, 2} and all(t["ok"] for t in trials.values())
+    # The sweep really changed the server: no drafts without MTP, accepted drafts with it.
+    assert trials[0]["acceptance"] is None
+    assert trials[2]["acceptance"] > 0
+    best = max(trials.values(), key=lambda t: t["min_decode_tps"])
+    n_max = best["setting"]["spec_draft_n_max"]
+    assert doc["winners"]["spec_draft_n_max"] == n_max
+
+    slots = {t["setting"]["parallel"]: t for t in doc["parallel"]}
+    assert set(slots) == {1, 2} and all(t["ok"] and t["failed_requests"] == 0 for t in slots.values())
+    assert slots[2]["requests"] == 2 * slots[1]["requests"]
+    fastest = max(slots.values(), key=lambda t: t["aggregate_decode_tps"])["setting"]["parallel"]
+    assert doc["winners"]["parallel"] == fastest
+
+    expected = [
+        f"pulumi config set qwen36-mtp-l4:specDraftNMax {n_max}",
+        f"pulumi config set qwen36-mtp-l4:parallel {fastest}",
+    ]
+    assert doc["pulumi_config"] == expected
+    for line in expected:
+        assert line in run.out
+    assert doc["config_problem"] is None
+
+
+def test_docker_launcher_runs_the_pinned_image_with_the_shared_flag_list(tmp_path: Path) -> None:
+    cfg = make_config(parallel=2, ctx_size=25600)
+    key_file = tmp_path / "key"
+    launcher = DockerLauncher(tmp_path / "models", api_key_file=key_file, host_port=18080)
+    command = launcher.run_command(cfg)
+    image = server_image(cfg.llama_cpp_build)
+    assert command[:2] == ["docker", "run"]
+    split = command.index(image)
+    options = command[:split]
+    assert options[options.index("--gpus") + 1] == "all"
+    assert f"{tmp_path / 'models'}:/models:ro" in options
+    assert f"{key_file}:{CONTAINER_API_KEY_FILE}:ro" in options
+    assert "127.0.0.1:18080:8080" in options
+    assert command[split + 1 :] == server_args(
+        cfg, model_path=container_model_path(cfg), api_key_file=CONTAINER_API_KEY_FILE
+    )
