@@ -13,10 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from qwen36.bench.client import Client, Completion, EndpointError
+from qwen36.bench.defaults import DEFAULT_MAX_TOKENS, DEFAULT_REPS
 from qwen36.bench.workloads import MAX_REPS, WARMUP_PROMPT, Workload
 
-DEFAULT_MAX_TOKENS = 256
-DEFAULT_REPS = 2
 WARMUP_MAX_TOKENS = 16
 
 NO_DRAFTS_NOTE = (

@@ -13,41 +13,45 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from infra.config import ConfigError, StackConfig, parse_config
-from qwen36.bench import report
-from qwen36.bench.bench import DEFAULT_MAX_TOKENS, DEFAULT_REPS, run_bench
-from qwen36.bench.client import DEFAULT_REQUEST_TIMEOUT_S, Client
-from qwen36.bench.endpoint import API_KEY_ENV, URL_ENV, EndpointConfigError, resolve
-from qwen36.bench.launcher import DockerLauncher, Launcher, LocalLauncher
-from qwen36.bench.load import DEFAULT_CLIENTS, run_load
-from qwen36.bench.load import DEFAULT_MAX_TOKENS as LOAD_MAX_TOKENS
-from qwen36.bench.tune import (
+from qwen36.bench.defaults import (
+    DEFAULT_CLIENTS,
+    DEFAULT_CTX_MAX,
+    DEFAULT_CTX_MIN,
     DEFAULT_CTX_RESOLUTION,
+    DEFAULT_LOAD_MAX_TOKENS,
+    DEFAULT_MAX_TOKENS,
     DEFAULT_N_MAX,
     DEFAULT_P_MIN,
     DEFAULT_PARALLEL,
-    TuneResult,
-    search_ctx,
-    sweep_draft,
-    sweep_parallel,
+    DEFAULT_REPS,
+    DEFAULT_REQUEST_TIMEOUT_S,
+    DEFAULT_TUNE_REPS,
 )
-from qwen36.bench.workloads import MAX_REPS, WORKLOAD_NAMES, select
+from qwen36.bench.endpoint import API_KEY_ENV, URL_ENV
+from qwen36.bench.workloads import MAX_REPS, WORKLOAD_NAMES
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from infra.config import StackConfig
+    from qwen36.bench.launcher import Launcher
+    from qwen36.bench.tune import TuneResult
 
 SWEEPS = ("n-max", "p-min", "parallel", "ctx")
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 
 
 def _stdout() -> Console:
+    from rich.console import Console
+
     return Console(soft_wrap=True)
 
 
 def _stderr() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, soft_wrap=True)
 
 
@@ -106,6 +110,8 @@ def _emit(target: str | None, text: str) -> None:
 
 @contextmanager
 def _progress(total: int, enabled: bool) -> Iterator[Callable[[str], None]]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     progress = Progress(
         TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=_stderr(), transient=True, disable=not enabled,
@@ -139,7 +145,9 @@ def register(subparsers: Any) -> None:
     )
     load.add_argument("--requests", type=int, help="stop after this many requests")
     load.add_argument("--duration", type=float, help="stop sending new requests after this many seconds")
-    load.add_argument("--max-tokens", type=int, default=LOAD_MAX_TOKENS, help="new tokens per request")
+    load.add_argument(
+        "--max-tokens", type=int, default=DEFAULT_LOAD_MAX_TOKENS, help="new tokens per request"
+    )
     _add_output(load)
     load.set_defaults(func=cmd_load)
 
@@ -161,10 +169,10 @@ def register(subparsers: Any) -> None:
     tune.add_argument("--n-max", type=_csv(int), default=list(DEFAULT_N_MAX))
     tune.add_argument("--p-min", type=_csv(float), default=list(DEFAULT_P_MIN))
     tune.add_argument("--parallel", type=_csv(int), default=list(DEFAULT_PARALLEL))
-    tune.add_argument("--ctx-min", type=int, default=8192)
-    tune.add_argument("--ctx-max", type=int, default=65536)
+    tune.add_argument("--ctx-min", type=int, default=DEFAULT_CTX_MIN)
+    tune.add_argument("--ctx-max", type=int, default=DEFAULT_CTX_MAX)
     tune.add_argument("--ctx-resolution", type=int, default=DEFAULT_CTX_RESOLUTION)
-    tune.add_argument("--reps", type=int, default=1)
+    tune.add_argument("--reps", type=int, default=DEFAULT_TUNE_REPS)
     tune.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     tune.add_argument("--workloads", type=_csv(str))
     tune.add_argument("--timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT_S)
@@ -173,6 +181,12 @@ def register(subparsers: Any) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from qwen36.bench import report
+    from qwen36.bench.bench import run_bench
+    from qwen36.bench.client import Client
+    from qwen36.bench.endpoint import EndpointConfigError, resolve
+    from qwen36.bench.workloads import select
+
     try:
         workloads = select(args.workloads)
         endpoint = resolve(args.url, args.api_key, stack=args.stack)
@@ -186,7 +200,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _progress(1 + len(workloads) * args.reps, enabled=True) as advance,
     ):
         result = run_bench(client, workloads, reps=args.reps, max_tokens=args.max_tokens, on_request=advance)
-    if not machine_output:
+    if not machine_output and result.measured:
         _stdout().print(report.bench_table(result))
     _emit(args.json, json.dumps(report.bench_json(result), indent=2) + "\n")
     _emit(args.markdown, report.bench_markdown(result))
@@ -202,6 +216,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
+    from qwen36.bench import report
+    from qwen36.bench.endpoint import EndpointConfigError, resolve
+    from qwen36.bench.load import run_load
+
     if args.requests is None and args.duration is None:
         return _fail("bound the run with --requests N, --duration SECONDS, or both")
     try:
@@ -215,7 +233,7 @@ def cmd_load(args: argparse.Namespace) -> int:
             duration_s=args.duration, max_tokens=args.max_tokens, timeout_s=args.timeout,
             on_done=lambda o: advance("ok" if o.ok else o.error.kind if o.error else "?"),
         )  # fmt: skip
-    if "-" not in (args.json, args.markdown):
+    if "-" not in (args.json, args.markdown) and result.startup_error is None:
         _stdout().print(report.load_table(result))
     _emit(args.json, json.dumps(report.load_json(result), indent=2) + "\n")
     _emit(args.markdown, report.load_markdown(result))
@@ -231,6 +249,8 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 
 def _read_stack_file(path: Path) -> dict[str, Any]:
+    import yaml
+
     data = yaml.safe_load(path.read_text()) or {}
     raw = data.get("config", {}) if isinstance(data, dict) else {}
     # Secrets ({"secure": ...}) are ciphertext here and none of them sets a server flag.
@@ -238,6 +258,8 @@ def _read_stack_file(path: Path) -> dict[str, Any]:
 
 
 def base_config(config_file: Path | None, overrides: list[str]) -> StackConfig:
+    from infra.config import ConfigError, parse_config
+
     raw: dict[str, Any] = _read_stack_file(config_file) if config_file else {}
     for item in overrides:
         key, sep, value = item.partition("=")
@@ -248,6 +270,8 @@ def base_config(config_file: Path | None, overrides: list[str]) -> StackConfig:
 
 
 def make_launcher(args: argparse.Namespace) -> Launcher:
+    from qwen36.bench.launcher import DockerLauncher, LocalLauncher
+
     if args.launcher == "local":
         if args.model is None:
             raise ValueError("--launcher local needs --model PATH (the GGUF file)")
@@ -263,6 +287,9 @@ def make_launcher(args: argparse.Namespace) -> Launcher:
 def run_tune(
     args: argparse.Namespace, launcher: Launcher, base: StackConfig, say: Callable[[str], None]
 ) -> TuneResult:
+    from qwen36.bench.tune import TuneResult, search_ctx, sweep_draft, sweep_parallel
+    from qwen36.bench.workloads import select
+
     sweeps = args.sweep or list(SWEEPS)
     workloads = select(args.workloads)
     bench_opts = {
@@ -312,6 +339,10 @@ def run_tune(
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from infra.config import ConfigError
+    from qwen36.bench import report
+    from qwen36.bench.workloads import select
+
     try:
         base = base_config(args.config, args.set)
         launcher = make_launcher(args)

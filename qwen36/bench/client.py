@@ -12,8 +12,9 @@ from typing import Any
 
 import httpx
 
+from qwen36.bench.defaults import DEFAULT_REQUEST_TIMEOUT_S
+
 HEALTH_TIMEOUT_S = 10.0
-DEFAULT_REQUEST_TIMEOUT_S = 300.0
 CONNECT_TIMEOUT_S = 10.0
 
 # Error kinds, stable strings: they appear in --json output and in load's error counts.

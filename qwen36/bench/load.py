@@ -29,10 +29,8 @@ from qwen36.bench.client import (
     status_error,
     transport_error,
 )
+from qwen36.bench.defaults import DEFAULT_CLIENTS, DEFAULT_LOAD_MAX_TOKENS, DEFAULT_REQUEST_TIMEOUT_S
 from qwen36.bench.workloads import all_prompts
-
-DEFAULT_CLIENTS = 4
-DEFAULT_MAX_TOKENS = 128
 
 
 @dataclass(frozen=True)
@@ -190,8 +188,8 @@ def run_load(
     clients: int = DEFAULT_CLIENTS,
     requests: int | None = None,
     duration_s: float | None = None,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-    timeout_s: float = 300.0,
+    max_tokens: int = DEFAULT_LOAD_MAX_TOKENS,
+    timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
     on_done: Callable[[Outcome], None] | None = None,
 ) -> LoadResult:
     if requests is None and duration_s is None:

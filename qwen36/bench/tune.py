@@ -22,10 +22,6 @@ from qwen36.bench.launcher import Launcher, LaunchError
 from qwen36.bench.load import run_load
 from qwen36.bench.workloads import Workload
 
-DEFAULT_N_MAX = (0, 1, 2, 3)
-DEFAULT_P_MIN = (0.0, 0.5, 0.8)
-DEFAULT_PARALLEL = (1, 2, 4)
-DEFAULT_CTX_RESOLUTION = 1024
 FILL_GEN_TOKENS = 8
 # Room left in a filled slot for the generated tokens and the MTP drafts verified past them.
 FILL_MARGIN = 8
