@@ -100,7 +100,8 @@ def bench_json(result: BenchResult) -> dict[str, Any]:
 
 def bench_table(result: BenchResult) -> Table:
     table = Table(
-        title=f"Decode speed at {result.url} ({result.max_tokens} tokens, {result.reps} reps, greedy)"
+        title=f"Decode speed at {result.url} ({result.max_tokens} tokens, "
+        f"{result.reps} rep{'s' if result.reps != 1 else ''}, greedy)"
     )
     for column in ("Workload", "Decode tok/s", "MTP acceptance", "Prompt tok/s", "Wall s", "Reps"):
         table.add_column(column, justify="left" if column == "Workload" else "right")
