@@ -1,0 +1,126 @@
+"""Render the server VM's startup script from the validated stack config.
+
+The script is ``#!/bin/bash``, a block of shell assignments generated here (every value through
+``shlex.quote``), the model fetch tool as a quoted heredoc, and ``startup/boot.sh`` verbatim.
+A changed startup script replaces the VM, so the output depends on the config alone: no clock,
+no randomness, no ordering that could vary.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable
+from pathlib import Path
+
+from infra import boot_protocol
+from infra.config import StackConfig
+from infra.llama_cpp import server_image
+from infra.server_args import (
+    CONTAINER_API_KEY_FILE,
+    CONTAINER_MODEL_DIR,
+    PORT,
+    container_model_path,
+    server_args,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BODY_PATH = REPO_ROOT / "startup" / "boot.sh"
+FETCH_TOOL_PATH = REPO_ROOT / "qwen36" / "fetch.py"
+
+# GCE caps one metadata value at 256 KB; the rendered script stays well below it.
+# https://cloud.google.com/compute/docs/metadata/setting-custom-metadata#limitations
+MAX_SCRIPT_BYTES = 200_000
+HEREDOC_END = "QWEN36_FETCH_TOOL_EOF"
+_DRIVER_BRANCH_RE = re.compile(r"nvidia-(\d+)")
+
+
+class BootScriptError(ValueError):
+    pass
+
+
+def model_object_name(cfg: StackConfig) -> str:
+    """The model's object name in the cache bucket.
+
+    Stand-in until infra/model_cache.py provides the shared definition: the bucket's writer and
+    this reader must agree, or every boot misses the cache.
+    """
+    return f"models/{cfg.model_repo}/{cfg.model_file}"
+
+
+def driver_branch(image_family: str) -> str:
+    """The NVIDIA driver branch of a Deep Learning VM family (``...-nvidia-580`` -> ``580``), or ''."""
+    match = _DRIVER_BRANCH_RE.search(image_family)
+    return match[1] if match else ""
+
+
+def render_boot_script(cfg: StackConfig, *, bucket: str, api_key_secret: str | None, project: str) -> str:
+    """The whole startup script for ``cfg``; byte-identical for the same inputs."""
+    key_file = CONTAINER_API_KEY_FILE if api_key_secret else None
+    model_path = container_model_path(cfg)
+    args = server_args(cfg, model_path=model_path, api_key_file=key_file)
+    degraded = server_args(cfg, model_path=model_path, api_key_file=key_file, ctx_size=cfg.degraded_ctx_size)
+    scalars = {
+        "SERVER_IMAGE": server_image(cfg.llama_cpp_build),
+        "SERVER_PORT": str(PORT),
+        "CONTAINER_MODEL_DIR": CONTAINER_MODEL_DIR,
+        "CONTAINER_API_KEY_FILE": CONTAINER_API_KEY_FILE,
+        "DEGRADED_CTX_SIZE": str(cfg.degraded_ctx_size),
+        "NVIDIA_DRIVER_BRANCH": driver_branch(cfg.image_family),
+        "MODEL_BUCKET": bucket,
+        "MODEL_OBJECT": model_object_name(cfg),
+        "MODEL_REPO": cfg.model_repo,
+        "MODEL_FILE": cfg.model_file,
+        "MODEL_REVISION": cfg.model_revision,
+        "MODEL_SHA256": cfg.model_sha256,
+        "MODEL_SIZE_BYTES": str(cfg.model_size_bytes),
+        "SELF_STAGE": "1" if cfg.self_stage_model else "0",
+        "API_KEY_SECRET": api_key_secret or "",
+        "GCP_PROJECT": project,
+        "GA_NAMESPACE": boot_protocol.NAMESPACE,
+        "GA_KEY_PHASE": boot_protocol.KEY_PHASE,
+        "GA_KEY_DETAIL": boot_protocol.KEY_DETAIL,
+        "GA_KEY_TIME": boot_protocol.KEY_TIME,
+        "PHASE_READY": boot_protocol.PHASE_READY,
+        "PHASE_FAILED": boot_protocol.PHASE_FAILED,
+    }
+    for phase in boot_protocol.PHASES:
+        scalars.setdefault(_phase_var(phase), phase)
+    lines = [
+        "#!/bin/bash",
+        "# Rendered by infra/boot_script.py from the stack config: edit startup/boot.sh or the config.",
+        *(f"{name}={_quote_word(value)}" for name, value in scalars.items()),
+        _array("SERVER_ARGS", args),
+        _array("SERVER_ARGS_DEGRADED", degraded),
+        _fetch_tool_function(FETCH_TOOL_PATH.read_text(encoding="utf-8")),
+        BODY_PATH.read_text(encoding="utf-8"),
+    ]
+    script = "\n".join(lines)
+    size = len(script.encode("utf-8"))
+    if size > MAX_SCRIPT_BYTES:
+        raise BootScriptError(f"the rendered startup script is {size} bytes; the limit is {MAX_SCRIPT_BYTES}")
+    return script
+
+
+def _phase_var(phase: str) -> str:
+    return "PHASE_" + re.sub(r"[^A-Za-z0-9]", "_", phase).upper()
+
+
+def _quote_word(value: str) -> str:
+    # shlex.quote leaves plain words bare; quoting them too keeps ``KEY=time`` from reading as a
+    # command to shellcheck (SC2209) and makes every assignment look alike.
+    quoted = shlex.quote(value)
+    return quoted if quoted.startswith("'") else f"'{quoted}'"
+
+
+def _array(name: str, values: Iterable[str]) -> str:
+    return f"{name}=({' '.join(shlex.quote(v) for v in values)})"
+
+
+def _fetch_tool_function(source: str) -> str:
+    # A quoted heredoc delimiter turns off every expansion, so the Python text lands byte for byte.
+    if HEREDOC_END in source.splitlines():
+        raise BootScriptError(f"the fetch tool contains the heredoc delimiter line {HEREDOC_END}")
+    if not source.endswith("\n"):
+        source += "\n"
+    return f"qwen36_fetch_tool() {{\n  cat <<'{HEREDOC_END}'\n{source}{HEREDOC_END}\n}}\n"

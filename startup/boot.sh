@@ -1,0 +1,507 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2154  # SERVER_*, MODEL_*, GA_*, PHASE_* ... are set by the rendered config block.
+#
+# The server VM's boot body. GCE runs the startup script on every boot (first boot, the ECC reboot,
+# each restart after a spot preemption, possibly on another host), as a oneshot unit whose failure
+# is never retried, so every step checks the machine's state before acting on it and every wait is
+# bounded. https://cloud.google.com/compute/docs/instances/startup-scripts/linux
+#
+# infra/boot_script.py prepends the config block (image, server arguments, model, bucket, secret,
+# guest-attribute names) and the model fetch tool; this file is appended verbatim, never edited
+# by the renderer.
+set -Eeuo pipefail
+shopt -s inherit_errexit
+umask 022
+
+# Every location can be moved so the sandbox tests run the real script inside a temp dir.
+STATE_DIR=${QWEN36_STATE_DIR:-/var/lib/qwen36}
+MODEL_DIR=${QWEN36_MODEL_DIR:-$STATE_DIR/models}
+# The key lives on the boot disk, not in /run: docker restarts the container at boot before this
+# script runs, and a bind-mount source that vanished with /run would stop it from starting.
+SECRETS_DIR=${QWEN36_SECRETS_DIR:-$STATE_DIR/secrets}
+BIN_DIR=${QWEN36_BIN_DIR:-$STATE_DIR/bin}
+METADATA_URL=${QWEN36_METADATA_URL:-http://metadata.google.internal}
+HEALTH_URL=${QWEN36_HEALTH_URL:-http://127.0.0.1:$SERVER_PORT/health}
+# Multiplies every pause (the sandbox tests and the boot benchmark run at a fraction of real time);
+# timeouts are upper bounds and stay as they are.
+TIME_SCALE=${QWEN36_TIME_SCALE:-1}
+
+# Bounds: every wait below is one of these.
+LOCK_TIMEOUT_S=60
+NVIDIA_SMI_TIMEOUT_S=60
+APT_LOCK_TIMEOUT_S=600          # unattended-upgrades may hold the dpkg lock right after boot
+DRIVER_INSTALL_TIMEOUT_S=1200   # dkms compiles the kernel module
+APT_INSTALL_TIMEOUT_S=900
+DOCKER_READY_POLLS=30
+DOCKER_READY_POLL_S=2
+IMAGE_PULL_ATTEMPTS=3
+IMAGE_PULL_TIMEOUT_S=1200
+RETRY_PAUSE_S=10
+MODEL_FETCH_TIMEOUT_S=3600      # HuggingFace measured 300-480 s for the 22 GB file
+GCS_SLICES=8
+SECRET_ATTEMPTS=5               # a freshly granted secretAccessor role can take a minute to apply
+SECRET_TIMEOUT_S=60
+DOCKER_CMD_TIMEOUT_S=120
+HEALTH_POLLS=180
+HEALTH_POLL_S=5
+HEALTH_PROBE_TIMEOUT_S=5
+SELF_STAGE_TIMEOUT_S=3600
+GUEST_ATTR_TIMEOUT_S=5
+DETAIL_MAX_CHARS=900
+LOG_TAIL_LINES=20
+
+CONTAINER_NAME=llama-server
+SPEC_LABEL=qwen36.spec
+MODEL_PATH="$MODEL_DIR/${MODEL_FILE##*/}"
+MODEL_MARKER="$MODEL_PATH.verified"
+FETCH_TOOL="$BIN_DIR/fetch.py"
+KEY_FILE="$SECRETS_DIR/llama-api-key"
+RUN_DIR="$STATE_DIR/run"
+FAILED_FLAG="$RUN_DIR/failed"
+ECC_MARKER="$STATE_DIR/ecc-reboot-requested"
+SELF_STAGE_PENDING="$STATE_DIR/self-stage-pending"
+GA_URL="$METADATA_URL/computeMetadata/v1/instance/guest-attributes/$GA_NAMESPACE"
+
+MODEL_REFRESHED="$RUN_DIR/model-refreshed"
+MAIN_PID=$BASHPID
+CURRENT_PHASE=$PHASE_BOOT
+DEGRADED=0
+KEY_CHANGED=0
+
+nap() {
+  sleep "$(awk -v s="$1" -v k="$TIME_SCALE" 'BEGIN { printf "%.3f", s * k }')"
+}
+
+utc_now() {
+  date -u +%Y-%m-%dT%H:%M:%SZ
+}
+
+log() {
+  printf '%s qwen36: %s\n' "$(utc_now)" "$*"
+}
+
+put_attr() {
+  # NOTE: guest attributes need the metadata header and enable-guest-attributes=TRUE on the VM.
+  # https://cloud.google.com/compute/docs/metadata/manage-guest-attributes
+  curl -fsS -X PUT --max-time "$GUEST_ATTR_TIMEOUT_S" -H 'Metadata-Flavor: Google' \
+    --data-binary "$2" "$GA_URL/$1" >/dev/null 2>&1 || log "warning: could not write guest attribute $1"
+}
+
+report() {
+  local phase=$1 detail=${2:0:$DETAIL_MAX_CHARS} now
+  now=$(utc_now)
+  printf '%s qwen36: phase=%s %s\n' "$now" "$phase" "$detail"
+  # Once a step has failed, the failure stays the last word even while a parallel step finishes.
+  if [[ -e $FAILED_FLAG && $phase != "$PHASE_FAILED" ]]; then
+    return 0
+  fi
+  put_attr "$GA_KEY_DETAIL" "$detail"
+  put_attr "$GA_KEY_TIME" "$now"
+  put_attr "$GA_KEY_PHASE" "$phase"
+}
+
+fail() {
+  : >"$FAILED_FLAG"
+  report "$PHASE_FAILED" "$CURRENT_PHASE: $1"
+  exit 1
+}
+
+on_error() {
+  local rc=$1 line=$2 cmd=$3
+  # Only the main shell and the two parallel jobs speak; a failing $(...) leaves that to its caller.
+  if [[ $BASHPID != "$MAIN_PID" && $BASHPID != "${JOB_PID:-}" ]]; then
+    exit "$rc"
+  fi
+  trap - ERR
+  : >"$FAILED_FLAG"
+  report "$PHASE_FAILED" "$CURRENT_PHASE: '$cmd' exited $rc (line $line)"
+  exit "$rc"
+}
+trap 'on_error $? $LINENO "$BASH_COMMAND"' ERR
+
+seconds_since_boot() {
+  if [[ -n ${QWEN36_BOOT_EPOCH:-} ]]; then
+    echo $(($(date +%s) - QWEN36_BOOT_EPOCH))
+  else
+    local up
+    read -r up _ </proc/uptime
+    echo "${up%%.*}"
+  fi
+}
+
+apt_install() {
+  # A stale package index is the usual cause of "Unable to locate package" on a fresh image.
+  local limit=$1
+  shift
+  local -a apt=(apt-get -o "DPkg::Lock::Timeout=$APT_LOCK_TIMEOUT_S" -y -q)
+  if DEBIAN_FRONTEND=noninteractive timeout "$limit" "${apt[@]}" install "$@"; then
+    return 0
+  fi
+  timeout "$APT_INSTALL_TIMEOUT_S" "${apt[@]}" update
+  DEBIAN_FRONTEND=noninteractive timeout "$limit" "${apt[@]}" install "$@"
+}
+
+nvsmi() {
+  timeout "$NVIDIA_SMI_TIMEOUT_S" nvidia-smi "$@"
+}
+
+gpu_query() {
+  local value
+  value=$(nvsmi --query-gpu="$1" --format=csv,noheader 2>/dev/null | head -n 1 || true)
+  value=${value#"${value%%[![:space:]]*}"}
+  echo "${value%"${value##*[![:space:]]}"}"
+}
+
+step_driver() {
+  CURRENT_PHASE=$PHASE_DRIVER
+  if nvsmi >/dev/null 2>&1; then
+    report "$PHASE_DRIVER" "GPU visible: $(gpu_query name), driver $(gpu_query driver_version)"
+    return 0
+  fi
+  # A kernel upgrade on reboot can leave the prebuilt module behind; dkms rebuilds it for the
+  # running kernel. Nothing else is tried: a GPU that stays invisible is a failed boot, not a loop.
+  [[ -n $NVIDIA_DRIVER_BRANCH ]] || fail "nvidia-smi fails and the driver branch is unknown"
+  local package="nvidia-dkms-$NVIDIA_DRIVER_BRANCH-server-open"
+  report "$PHASE_DRIVER" "nvidia-smi fails; reinstalling $package"
+  apt_install "$DRIVER_INSTALL_TIMEOUT_S" "$package" || log "apt-get could not install $package"
+  modprobe nvidia || log "modprobe nvidia failed"
+  if nvsmi >/dev/null 2>&1; then
+    report "$PHASE_DRIVER" "driver recovered with $package: $(gpu_query name)"
+    return 0
+  fi
+  fail "no GPU: nvidia-smi still fails after installing $package and loading the module"
+}
+
+step_ecc() {
+  CURRENT_PHASE=$PHASE_ECC
+  local mode gpu
+  mode=$(gpu_query ecc.mode.current)
+  gpu=$(gpu_query uuid)
+  if [[ $mode != Enabled ]]; then
+    # The marker only guards the reboot it asked for; a later host starts afresh.
+    rm -f "$ECC_MARKER"
+    report "$PHASE_ECC" "ECC $mode on $gpu"
+    return 0
+  fi
+  if [[ -f $ECC_MARKER ]] && grep -qxF "gpu=$gpu" "$ECC_MARKER"; then
+    DEGRADED=1
+    report "$PHASE_ECC" "degraded: ECC still enabled on $gpu after the reboot this script asked for; serving with ctx-size $DEGRADED_CTX_SIZE"
+    return 0
+  fi
+  if ! nvsmi -e 0 >/dev/null; then
+    DEGRADED=1
+    report "$PHASE_ECC" "degraded: nvidia-smi -e 0 was refused on $gpu; serving with ctx-size $DEGRADED_CTX_SIZE"
+    return 0
+  fi
+  # The marker is written after -e 0 took: a boot cut off in between reboots into ECC off anyway.
+  printf 'reboot requested for ECC\ngpu=%s\nat=%s\n' "$gpu" "$(utc_now)" >"$ECC_MARKER.tmp"
+  mv -f "$ECC_MARKER.tmp" "$ECC_MARKER"
+  sync
+  report "$PHASE_ECC" "ECC disabled for the next boot on $gpu; rebooting"
+  reboot
+  exit 0
+}
+
+docker_ready() {
+  local i
+  for ((i = 0; i < DOCKER_READY_POLLS; i++)); do
+    if timeout "$DOCKER_CMD_TIMEOUT_S" docker info >/dev/null 2>&1; then
+      return 0
+    fi
+    if ((i == 0)); then
+      systemctl start docker || true
+    fi
+    nap "$DOCKER_READY_POLL_S"
+  done
+  return 1
+}
+
+prepare_docker() {
+  CURRENT_PHASE=$PHASE_PREPARE
+  report "$PHASE_PREPARE" "checking docker and $SERVER_IMAGE"
+  if ! command -v docker >/dev/null 2>&1; then
+    report "$PHASE_PREPARE" "installing docker.io"
+    apt_install "$APT_INSTALL_TIMEOUT_S" docker.io
+  fi
+  docker_ready || fail "docker daemon not answering"
+  if ! docker info --format '{{json .Runtimes}}' | grep -q '"nvidia"'; then
+    # The Deep Learning VM ships nvidia-container-toolkit but not docker, so the runtime is
+    # registered here, once: https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html
+    command -v nvidia-ctk >/dev/null 2>&1 || apt_install "$APT_INSTALL_TIMEOUT_S" nvidia-container-toolkit
+    nvidia-ctk runtime configure --runtime=docker
+    systemctl restart docker
+    docker_ready || fail "docker daemon not answering after adding the nvidia runtime"
+  fi
+  if docker image inspect "$SERVER_IMAGE" >/dev/null 2>&1; then
+    report "$PHASE_PREPARE" "docker ready; $SERVER_IMAGE already present"
+    return 0
+  fi
+  local attempt
+  for ((attempt = 1; attempt <= IMAGE_PULL_ATTEMPTS; attempt++)); do
+    report "$PHASE_PREPARE" "pulling $SERVER_IMAGE (attempt $attempt/$IMAGE_PULL_ATTEMPTS)"
+    if timeout "$IMAGE_PULL_TIMEOUT_S" docker pull -q "$SERVER_IMAGE" >/dev/null; then
+      report "$PHASE_PREPARE" "docker ready; pulled $SERVER_IMAGE"
+      return 0
+    fi
+    nap "$RETRY_PAUSE_S"
+  done
+  fail "could not pull $SERVER_IMAGE after $IMAGE_PULL_ATTEMPTS attempts"
+}
+
+fetch_tool() {
+  python3 "$FETCH_TOOL" "$@"
+}
+
+marker_matches() {
+  [[ -f $MODEL_PATH && -f $MODEL_MARKER ]] || return 1
+  local size mtime sha
+  read -r size mtime sha <"$MODEL_MARKER" || return 1
+  [[ $(stat -c '%s %Y' "$MODEL_PATH") == "$size $mtime" ]] || return 1
+  [[ -z $MODEL_SHA256 || $sha == "$MODEL_SHA256" ]]
+}
+
+write_marker() {
+  # Later boots trust a file whose size and mtime still match what was hashed; the hash itself
+  # (~2 min for 22 GB) runs once per download.
+  local sha=$1
+  printf '%s %s\n' "$(stat -c '%s %Y' "$MODEL_PATH")" "$sha" >"$MODEL_MARKER.tmp"
+  mv -f "$MODEL_MARKER.tmp" "$MODEL_MARKER"
+}
+
+verified_sha() {
+  # The sha256 the fetch verified against: the pinned one, else whatever the tool printed (the
+  # hub's LFS hash or the cache object's metadata), else empty: self-staging hashes the file then.
+  local out=$1 sha=""
+  if [[ -z $MODEL_SHA256 ]]; then
+    sha=$(grep -Eo '\b[0-9a-f]{64}\b' <<<"$out" | tail -n 1 || true)
+  fi
+  echo "${MODEL_SHA256:-$sha}"
+}
+
+stop_unverified_server() {
+  # Docker's restart policy starts the container at boot, before this script: one that loaded a
+  # file whose marker no longer matches is stopped until the file is verified again.
+  command -v docker >/dev/null 2>&1 || return 0
+  local running
+  running=$(timeout "$DOCKER_CMD_TIMEOUT_S" docker inspect --format '{{.State.Running}}' \
+    "$CONTAINER_NAME" 2>/dev/null || true)
+  if [[ $running == true ]]; then
+    report "$PHASE_MODEL" "stopping $CONTAINER_NAME: the model on disk is not verified"
+    timeout "$DOCKER_CMD_TIMEOUT_S" docker stop "$CONTAINER_NAME" >/dev/null || true
+  fi
+}
+
+prepare_model() {
+  CURRENT_PHASE=$PHASE_MODEL
+  mkdir -p "$MODEL_DIR"
+  if marker_matches; then
+    report "$PHASE_MODEL" "verified copy on disk: $MODEL_PATH"
+    return 0
+  fi
+  rm -f "$MODEL_MARKER"
+  : >"$MODEL_REFRESHED"
+  stop_unverified_server
+  local out rc
+  if [[ -f $MODEL_PATH && -n $MODEL_SHA256 ]]; then
+    report "$PHASE_MODEL" "verifying the copy on disk"
+    rc=0
+    out=$(fetch_tool verify --path "$MODEL_PATH" --sha256 "$MODEL_SHA256" "${SIZE_ARG[@]}") || rc=$?
+    if ((rc == 0)); then
+      write_marker "$MODEL_SHA256"
+      report "$PHASE_MODEL" "verified copy on disk: $MODEL_PATH"
+      return 0
+    fi
+    log "the copy on disk failed verification (exit $rc); fetching it again"
+    rm -f "$MODEL_PATH"
+  fi
+  # An unverified file left at MODEL_PATH is checked by the fetch tool against the source's hash
+  # and replaced atomically when it differs; a download cut off earlier resumes from its checkpoint.
+  local progress="$GA_URL/$GA_KEY_DETAIL"
+  rc=3
+  if [[ -n $MODEL_BUCKET ]]; then
+    report "$PHASE_MODEL" "fetching gs://$MODEL_BUCKET/$MODEL_OBJECT"
+    rc=0
+    out=$(timeout "$MODEL_FETCH_TIMEOUT_S" python3 "$FETCH_TOOL" gcs --bucket "$MODEL_BUCKET" \
+      --object "$MODEL_OBJECT" --dest "$MODEL_PATH" "${SHA_ARG[@]}" "${SIZE_ARG[@]}" \
+      --slices "$GCS_SLICES" --progress-url "$progress") || rc=$?
+    if ((rc == 0)); then
+      write_marker "$(verified_sha "$out")"
+      report "$PHASE_MODEL" "fetched and verified from the GCS cache"
+      return 0
+    fi
+    case $rc in
+      3) log "cache miss: gs://$MODEL_BUCKET/$MODEL_OBJECT" ;;
+      4) log "the cached copy failed verification" ;;
+      *) log "the GCS fetch failed (exit $rc)" ;;
+    esac
+  fi
+  report "$PHASE_MODEL" "fetching $MODEL_REPO/$MODEL_FILE@$MODEL_REVISION from HuggingFace"
+  local hf_rc=0
+  out=$(timeout "$MODEL_FETCH_TIMEOUT_S" python3 "$FETCH_TOOL" hf --repo "$MODEL_REPO" \
+    --revision "$MODEL_REVISION" --file "$MODEL_FILE" --dest "$MODEL_PATH" "${SHA_ARG[@]}" \
+    "${SIZE_ARG[@]}" --progress-url "$progress") || hf_rc=$?
+  ((hf_rc == 0)) || fail "HuggingFace download failed (exit $hf_rc)"
+  local sha
+  sha=$(verified_sha "$out")
+  write_marker "$sha"
+  if [[ $SELF_STAGE == 1 && -n $MODEL_BUCKET ]] && ((rc == 3 || rc == 4)); then
+    printf '%s\n' "$sha" >"$SELF_STAGE_PENDING"
+  fi
+  report "$PHASE_MODEL" "fetched and verified from HuggingFace"
+}
+
+prepare_in_parallel() {
+  # The image pull (~170 s) and the model fetch (~72 s from GCS, minutes from HuggingFace) share
+  # nothing, so the boot costs the longer of the two, not their sum.
+  (JOB_PID=$BASHPID && prepare_docker) &
+  local docker_pid=$!
+  (JOB_PID=$BASHPID && prepare_model) &
+  local model_pid=$!
+  local docker_rc=0 model_rc=0
+  wait "$docker_pid" || docker_rc=$?
+  wait "$model_pid" || model_rc=$?
+  if ((docker_rc != 0 || model_rc != 0)); then
+    CURRENT_PHASE=$PHASE_PREPARE
+    [[ -e $FAILED_FLAG ]] && exit 1
+    fail "docker preparation exited $docker_rc, model preparation exited $model_rc"
+  fi
+}
+
+step_api_key() {
+  CURRENT_PHASE=$PHASE_API_KEY
+  if [[ -z $API_KEY_SECRET ]]; then
+    report "$PHASE_API_KEY" "no API key (apiKey is false)"
+    return 0
+  fi
+  report "$PHASE_API_KEY" "reading secret $API_KEY_SECRET"
+  install -d -m 0700 "$SECRETS_DIR"
+  local tmp="$SECRETS_DIR/.llama-api-key.tmp" attempt ok=0
+  for ((attempt = 1; attempt <= SECRET_ATTEMPTS; attempt++)); do
+    # The value only ever goes to a root-only file: never to stdout, the journal or a command line.
+    if (umask 077 && timeout "$SECRET_TIMEOUT_S" gcloud secrets versions access latest \
+      --secret="$API_KEY_SECRET" --project="$GCP_PROJECT" --quiet >"$tmp") && [[ -s $tmp ]]; then
+      ok=1
+      break
+    fi
+    nap "$RETRY_PAUSE_S"
+  done
+  ((ok == 1)) || { rm -f "$tmp"; fail "could not read secret $API_KEY_SECRET after $SECRET_ATTEMPTS attempts"; }
+  chmod 0600 "$tmp"
+  if [[ -f $KEY_FILE ]] && cmp -s "$tmp" "$KEY_FILE"; then
+    rm -f "$tmp"
+  else
+    # A file bind mount pins the old inode, so a rotated key needs a new container.
+    mv -f "$tmp" "$KEY_FILE"
+    KEY_CHANGED=1
+  fi
+  report "$PHASE_API_KEY" "API key in place (root-only file)"
+}
+
+step_server() {
+  CURRENT_PHASE=$PHASE_SERVER
+  local -a args opts
+  if ((DEGRADED)); then
+    args=("${SERVER_ARGS_DEGRADED[@]}")
+  else
+    args=("${SERVER_ARGS[@]}")
+  fi
+  opts=(--restart unless-stopped --gpus all -p "$SERVER_PORT:$SERVER_PORT"
+    -v "$MODEL_DIR:$CONTAINER_MODEL_DIR:ro")
+  if [[ -n $API_KEY_SECRET ]]; then
+    opts+=(-v "$KEY_FILE:$CONTAINER_API_KEY_FILE:ro")
+  fi
+  local spec state
+  spec=$(printf '%s\0' "$SERVER_IMAGE" "${opts[@]}" "${args[@]}" | sha256sum | cut -c1-32)
+  state=$(timeout "$DOCKER_CMD_TIMEOUT_S" docker inspect \
+    --format "{{.State.Running}} {{index .Config.Labels \"$SPEC_LABEL\"}}" "$CONTAINER_NAME" 2>/dev/null || true)
+  if ((KEY_CHANGED == 0)) && [[ ! -e $MODEL_REFRESHED ]]; then
+    case $state in
+      "true $spec")
+        report "$PHASE_SERVER" "container $CONTAINER_NAME already runs the wanted image and arguments; left alone"
+        return 0
+        ;;
+      "false $spec")
+        report "$PHASE_SERVER" "starting the existing container $CONTAINER_NAME"
+        timeout "$DOCKER_CMD_TIMEOUT_S" docker start "$CONTAINER_NAME" >/dev/null
+        return 0
+        ;;
+    esac
+  fi
+  if [[ -n $state ]]; then
+    report "$PHASE_SERVER" "replacing container $CONTAINER_NAME (its image, arguments, key or model changed)"
+    timeout "$DOCKER_CMD_TIMEOUT_S" docker rm -f "$CONTAINER_NAME" >/dev/null
+  fi
+  report "$PHASE_SERVER" "starting $SERVER_IMAGE"
+  timeout "$DOCKER_CMD_TIMEOUT_S" docker run -d --name "$CONTAINER_NAME" \
+    --label "$SPEC_LABEL=$spec" "${opts[@]}" "$SERVER_IMAGE" "${args[@]}" >/dev/null
+}
+
+step_ready() {
+  CURRENT_PHASE=$PHASE_SERVER
+  report "$PHASE_SERVER" "waiting for $HEALTH_URL"
+  local i
+  for ((i = 0; i < HEALTH_POLLS; i++)); do
+    if curl -fsS --max-time "$HEALTH_PROBE_TIMEOUT_S" "$HEALTH_URL" >/dev/null 2>&1; then
+      local detail
+      detail="llama-server healthy $(seconds_since_boot) s after boot"
+      if ((DEGRADED)); then
+        detail+="; degraded: ECC is enabled, ctx-size $DEGRADED_CTX_SIZE"
+      fi
+      report "$PHASE_READY" "$detail"
+      return 0
+    fi
+    nap "$HEALTH_POLL_S"
+  done
+  local tail_lines
+  tail_lines=$(timeout "$DOCKER_CMD_TIMEOUT_S" docker logs --tail "$LOG_TAIL_LINES" "$CONTAINER_NAME" 2>&1 |
+    tr '\n' '|' || true)
+  fail "not healthy after $((HEALTH_POLLS * HEALTH_POLL_S)) s; last log lines: $tail_lines"
+}
+
+self_stage() {
+  # After a HuggingFace fallback the cache is filled for the next VM; readiness is already
+  # reported, and a boot cut off here leaves the pending flag for the next one.
+  [[ -f $SELF_STAGE_PENDING ]] || return 0
+  local sha
+  sha=$(<"$SELF_STAGE_PENDING")
+  if [[ -z $sha ]]; then
+    sha=$(sha256sum "$MODEL_PATH" | cut -d ' ' -f 1)
+  fi
+  log "self-staging the model to gs://$MODEL_BUCKET/$MODEL_OBJECT"
+  if timeout "$SELF_STAGE_TIMEOUT_S" python3 "$FETCH_TOOL" upload --bucket "$MODEL_BUCKET" \
+    --object "$MODEL_OBJECT" --src "$MODEL_PATH" --sha256 "$sha"; then
+    rm -f "$SELF_STAGE_PENDING"
+    log "self-staged gs://$MODEL_BUCKET/$MODEL_OBJECT"
+  else
+    log "warning: self-staging failed; the next boot tries again"
+  fi
+}
+
+install_fetch_tool() {
+  install -d -m 0755 "$BIN_DIR"
+  qwen36_fetch_tool >"$FETCH_TOOL.tmp"
+  mv -f "$FETCH_TOOL.tmp" "$FETCH_TOOL"
+}
+
+main() {
+  install -d -m 0755 "$STATE_DIR" "$RUN_DIR"
+  # A second copy (someone re-running the startup script by hand) waits for the first.
+  exec 9>"$RUN_DIR/boot.lock"
+  flock -w "$LOCK_TIMEOUT_S" 9 || { log "another boot script holds the lock"; exit 1; }
+  rm -f "$FAILED_FLAG" "$MODEL_REFRESHED"
+  report "$PHASE_BOOT" "boot script started $(seconds_since_boot) s after boot"
+  install_fetch_tool
+  SHA_ARG=()
+  [[ -z $MODEL_SHA256 ]] || SHA_ARG=(--sha256 "$MODEL_SHA256")
+  SIZE_ARG=()
+  ((MODEL_SIZE_BYTES == 0)) || SIZE_ARG=(--size "$MODEL_SIZE_BYTES")
+  step_driver
+  step_ecc
+  prepare_in_parallel
+  step_api_key
+  step_server
+  step_ready
+  self_stage
+}
+
+main "$@"
