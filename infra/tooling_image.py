@@ -1,0 +1,332 @@
+"""The tooling image: the stock base image with docker and the pinned llama.cpp image baked in.
+
+A server VM booted from it skips the docker install and image pull (~170 s measured) of its cold
+start, since the boot script finds that work done. Opt-in (``buildToolingImage: true``): the
+:class:`ToolingImage` component bakes one image per llama.cpp build and bake-script version into
+the family ``qwen36-mtp-l4-tooling-b<build>``; :func:`find_tooling_image` lets the server use the
+family's newest image when it exists (``useToolingImage``, on by default) and falls back to the
+stock image when it does not.
+
+The pipeline, in dependency order (each step waits for the one before):
+
+1. ``<name>-builder``: a small VM from the same base image, the bake script as its startup script;
+2. ``<name>-bake-wait``: the health gate's guest-attribute follower, until the bake reports ready;
+3. ``<name>-stop``: the builder stopped, so its disk is consistent;
+4. ``<name>-image``: the image from the builder's boot disk, retained when the stack forgets it;
+5. ``<name>-delete-builder``: the builder deleted once the image exists.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass
+from typing import Literal
+
+import pulumi
+import pulumi_gcp as gcp
+from pulumi_command import local
+
+from infra.bake_script import bake_script_hash, render_bake_script
+from infra.config import BOOT_DISK_BASE_GB, DISK_HEADROOM_GB, PROJECT, SERVER_IMAGE_GB, StackConfig
+from infra.health_gate import REPO_ROOT, wait_command
+from infra.llama_cpp import server_image
+
+# The bake needs no GPU: the NVIDIA driver and container toolkit come with the base image, and
+# `nvidia-ctk runtime configure` only edits docker's daemon.json. So the builder is a small
+# general-purpose VM from the same Deep Learning VM family (whose disk then carries the driver
+# and nvidia-ctk the server needs), not a scarce, ~5x dearer g2 with an L4. It is on-demand:
+# a preemption mid-bake would cost more than the few cents it saves.
+BUILDER_MACHINE_TYPE = "e2-standard-4"
+BUILDER_DISK_TYPE = "pd-balanced"
+# The base image's own disk plus the pulled server image; the server's boot disk (which must be
+# at least the image's size) is larger still, since it also holds the model.
+BUILDER_DISK_GB = BOOT_DISK_BASE_GB + SERVER_IMAGE_GB + DISK_HEADROOM_GB
+BAKE_TIMEOUT_MINUTES = 30
+BAKE_POLL_SECONDS = 10.0
+# Creating an image from a 60 GB disk takes minutes; the provider's default bound is shorter.
+IMAGE_CREATE_TIMEOUT = "30m"
+
+# Measured cold starts of the original (first boot to /health ok, model from the GCS cache).
+COLD_START_STOCK = "~3.5 min"
+COLD_START_TOOLING = "~2 min"
+DOCKER_AND_PULL_S = 170
+
+BAKE_SCRIPT_ENV = "QWEN36_BAKE_SCRIPT"
+
+
+def tooling_family(build: int) -> str:
+    """The image family for one llama.cpp build: a new build never picks up an old build's image."""
+    return f"{PROJECT}-tooling-b{build}"
+
+
+def tooling_image_name(cfg: StackConfig) -> str:
+    """Unique per build and bake-script content (and base image), prefixed by the family name.
+
+    The prefix matters: the GCP provider suppresses the diff between an image and a family
+    reference when the image's name contains the family's, so a rebuilt image in the family does
+    not force a running server VM to be replaced.
+    """
+    return f"{tooling_family(cfg.llama_cpp_build)}-{_bake_hash(cfg)}"
+
+
+def builder_name(cfg: StackConfig) -> str:
+    return f"qwen36-bake-b{cfg.llama_cpp_build}-{_bake_hash(cfg)}"
+
+
+def family_url(project: str, family: str) -> str:
+    """A family reference: GCE resolves it to the family's newest image when a disk is created."""
+    return f"projects/{project}/global/images/family/{family}"
+
+
+def stock_image_url(cfg: StackConfig) -> str:
+    return family_url(cfg.image_project, cfg.image_family)
+
+
+def _bake_hash(cfg: StackConfig) -> str:
+    base = f"{cfg.image_project}/{cfg.image_family}\n"
+    return bake_script_hash(base + render_bake_script(cfg))
+
+
+# --- The builder's shell commands (every value quoted; run by local.Command via /bin/sh) --------
+
+
+@dataclass(frozen=True)
+class Builder:
+    name: str
+    project: str
+    zone: str
+
+    def _gcloud(self, verb: str, *extra: str) -> str:
+        argv = [
+            "gcloud",
+            "compute",
+            "instances",
+            verb,
+            self.name,
+            f"--project={self.project}",
+            f"--zone={self.zone}",
+        ]
+        return shlex.join([*argv, *extra])
+
+    def exists(self) -> str:
+        return self._gcloud("describe", "--format=value(status)") + " >/dev/null 2>&1"
+
+    def create(self, cfg: StackConfig) -> str:
+        """Create the builder unless it exists; the bake script comes from ``$QWEN36_BAKE_SCRIPT``."""
+        labels = f"app={PROJECT},role=tooling-builder,llama-cpp-build=b{cfg.llama_cpp_build}"
+        gcloud = self._gcloud(
+            "create",
+            f"--machine-type={BUILDER_MACHINE_TYPE}",
+            f"--image-project={cfg.image_project}",
+            f"--image-family={cfg.image_family}",
+            f"--boot-disk-size={BUILDER_DISK_GB}GB",
+            f"--boot-disk-type={BUILDER_DISK_TYPE}",
+            # The bake calls no Google API (guest attributes go through the metadata server).
+            "--no-service-account",
+            "--no-scopes",
+            "--shielded-vtpm",
+            "--shielded-integrity-monitoring",
+            "--no-shielded-secure-boot",
+            "--metadata=enable-guest-attributes=TRUE,enable-oslogin=TRUE,block-project-ssh-keys=TRUE",
+            f"--labels={labels}",
+        )
+        # gcloud splits --metadata values at commas, so the script goes through a file.
+        return (
+            f"if ! {self.exists()}; then\n"
+            '  script="$(mktemp)"\n'
+            f'  printf "%s" "${BAKE_SCRIPT_ENV}" >"$script"\n'
+            f'  {gcloud} --metadata-from-file=startup-script="$script" || {{ rm -f "$script"; exit 1; }}\n'
+            '  rm -f "$script"\n'
+            "fi\n"
+        )
+
+    def stop(self) -> str:
+        # Waits for the stop operation, i.e. a clean guest shutdown that flushed the disk.
+        return self._gcloud("stop", "--quiet")
+
+    def delete(self) -> str:
+        return f"if {self.exists()}; then\n  {self._gcloud('delete', '--quiet')}\nfi\n"
+
+    def disk_url(self) -> str:
+        # gcloud names the boot disk after the instance.
+        return f"https://www.googleapis.com/compute/v1/projects/{self.project}/zones/{self.zone}/disks/{self.name}"
+
+
+def bake_wait_script(cfg: StackConfig, builder: Builder, *, python: str = sys.executable) -> str:
+    """Follow the bake; on failure delete the builder (no spend) so that a rerun bakes afresh.
+
+    Pulumi retries only the failed step, not the builder that succeeded, so this step re-creates
+    a builder that a failed attempt deleted before it waits.
+    """
+    wait = wait_command(
+        mode="guest-attributes",
+        project=builder.project,
+        zone=builder.zone,
+        instance=builder.name,
+        timeout_minutes=BAKE_TIMEOUT_MINUTES,
+        poll_seconds=BAKE_POLL_SECONDS,
+        url=None,
+        python=python,
+    )
+    return (
+        "set -u\n"
+        + builder.create(cfg)
+        + f"if {wait}; then exit 0; fi\n"
+        + f"echo 'the bake did not finish: deleting the builder {builder.name}; "
+        + "fix the cause above and run `pulumi up` again to bake afresh' >&2\n"
+        + builder.delete()
+        + "exit 1\n"
+    )
+
+
+# --- The component -------------------------------------------------------------------------------
+
+
+@dataclass
+class ToolingImageArgs:
+    cfg: StackConfig
+    project: pulumi.Input[str]
+    """The GCP project that holds the builder and the image family."""
+
+
+class ToolingImage(pulumi.ComponentResource):
+    """Bakes one image into the build's family (see the module docstring for the steps)."""
+
+    image: gcp.compute.Image
+    family: str
+    family_url: pulumi.Output[str]
+    """The family reference for a server boot disk; resolves only once the image exists."""
+
+    def __init__(self, name: str, args: ToolingImageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("qwen36:index:ToolingImage", name, None, opts)
+        cfg = args.cfg
+        self.family = tooling_family(cfg.llama_cpp_build)
+        script = render_bake_script(cfg)
+        builder = pulumi.Output.from_input(args.project).apply(
+            lambda project: Builder(builder_name(cfg), project, cfg.zone)
+        )
+
+        self.builder = local.Command(
+            f"{name}-builder",
+            create=builder.apply(lambda b: "set -eu\n" + b.create(cfg)),
+            delete=builder.apply(lambda b: b.delete()),
+            environment={BAKE_SCRIPT_ENV: script},
+            # A replacement has the same name only if nothing changed; never two at once.
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+        )
+        self.bake_wait = local.Command(
+            f"{name}-bake-wait",
+            create=builder.apply(lambda b: bake_wait_script(cfg, b)),
+            dir=str(REPO_ROOT),
+            environment={BAKE_SCRIPT_ENV: script, "PYTHONUNBUFFERED": "1"},
+            triggers=[self.builder.id],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.builder]),
+        )
+        # An image taken from a running VM's disk may miss writes still in the guest's page cache,
+        # and the API refuses it without forceCreate, which the provider does not expose; so the
+        # builder is stopped first. https://cloud.google.com/compute/docs/images/create-custom#prepare_instance_for_image
+        self.stop = local.Command(
+            f"{name}-stop",
+            create=builder.apply(lambda b: b.stop()),
+            triggers=[self.bake_wait.id],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.bake_wait]),
+        )
+        self.image = gcp.compute.Image(
+            f"{name}-image",
+            name=tooling_image_name(cfg),
+            family=self.family,
+            project=args.project,
+            source_disk=builder.apply(lambda b: b.disk_url()),
+            description=(
+                f"{cfg.image_project}/{cfg.image_family} with docker, the NVIDIA container runtime "
+                f"and {server_image(cfg.llama_cpp_build)}"
+            ),
+            labels={"app": PROJECT, "llama-cpp-build": f"b{cfg.llama_cpp_build}"},
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[self.stop],
+                # Old images stay in the family for the user to remove (or roll back to).
+                retain_on_delete=True,
+                custom_timeouts=pulumi.CustomTimeouts(create=IMAGE_CREATE_TIMEOUT),
+            ),
+        )
+        self.delete_builder = local.Command(
+            f"{name}-delete-builder",
+            create=builder.apply(lambda b: b.delete()),
+            triggers=[self.image.id],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.image]),
+        )
+        self.family_url = pulumi.Output.all(args.project, self.image.id).apply(
+            lambda values: family_url(values[0], self.family)
+        )
+        self.register_outputs(
+            {"image_name": self.image.name, "family": self.family, "family_url": self.family_url}
+        )
+
+
+# --- Which image the server boots ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImageChoice:
+    image: pulumi.Input[str]
+    source: Literal["tooling", "stock"]
+    summary: str
+    """One line for the preview and a stack output: which image, and the cold start to expect."""
+
+
+def find_tooling_image(cfg: StackConfig, project: str | None = None) -> pulumi.Output[str] | None:
+    """The build's tooling family if it holds an image, else None (the server takes the stock image).
+
+    A missing family is the normal case for anyone who never baked one, so it is logged, never
+    raised. ``project`` defaults to the provider's project.
+    """
+    if not cfg.use_tooling_image:
+        return None
+    family = tooling_family(cfg.llama_cpp_build)
+    try:
+        found = gcp.compute.get_image(family=family, project=project)
+    except Exception as exc:  # the invoke's error type is the engine's; any failure means "no image"
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "not found" in reason.lower() or "404" in reason:
+            pulumi.log.info(f"no tooling image in family {family}: {_stock_summary(cfg)}")
+        else:
+            pulumi.log.warn(
+                f"could not look up the tooling image family {family} ({reason}): {_stock_summary(cfg)}"
+            )
+        return None
+    pulumi.log.info(f"tooling image {found.name} (family {family}): {_tooling_summary(family)}")
+    return pulumi.Output.from_input(family_url(found.project, family))
+
+
+def choose_server_image(
+    cfg: StackConfig, project: str | None = None, tooling: ToolingImage | None = None
+) -> ImageChoice:
+    """The server's boot image: this stack's freshly baked family, else a found one, else stock."""
+    if tooling is not None and cfg.use_tooling_image:
+        summary = _tooling_summary(tooling.family) + " (baked by this stack before the server is created)"
+        pulumi.log.info(summary)
+        return ImageChoice(tooling.family_url, "tooling", summary)
+    found = find_tooling_image(cfg, project)
+    if found is not None:
+        return ImageChoice(found, "tooling", _tooling_summary(tooling_family(cfg.llama_cpp_build)))
+    if not cfg.use_tooling_image:
+        pulumi.log.info(f"useToolingImage is false: {_stock_summary(cfg)}")
+    return ImageChoice(stock_image_url(cfg), "stock", _stock_summary(cfg))
+
+
+def _tooling_summary(family: str) -> str:
+    return (
+        f"the server boots the tooling image family {family} with docker and the llama.cpp image "
+        f"already on disk: cold start {COLD_START_TOOLING} with the model in the GCS cache"
+    )
+
+
+def _stock_summary(cfg: StackConfig) -> str:
+    return (
+        f"the server boots the stock image {cfg.image_project}/{cfg.image_family} and installs docker "
+        f"and pulls the llama.cpp image at boot (~{DOCKER_AND_PULL_S} s): cold start {COLD_START_STOCK} "
+        f"with the model in the GCS cache; set buildToolingImage: true to bake "
+        f"{tooling_family(cfg.llama_cpp_build)}"
+    )
