@@ -7,12 +7,13 @@ Errors name the Pulumi config key, the value that was given and what is allowed.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -241,12 +242,19 @@ def _field_types() -> dict[str, Any]:
 
 def _decode(key: str, raw: Any, annotation: Any) -> Any:
     """Pulumi hands every value over as a string; non-string keys hold JSON (true, 42, ["a"])."""
-    if annotation is str or not isinstance(raw, str):
+    if _is_text(annotation) or not isinstance(raw, str):
         return raw
     try:
         return json.loads(raw)
     except json.JSONDecodeError:
         raise ConfigError(f"{PROJECT}:{key}", f"{raw!r} is not a valid {_type_name(annotation)}") from None
+
+
+def _is_text(annotation: Any) -> bool:
+    """Plain strings and choices of strings (``Literal["SPOT", "STANDARD"]``) arrive undecoded."""
+    if get_origin(annotation) is Literal:
+        return all(isinstance(arg, str) for arg in get_args(annotation))
+    return annotation is str
 
 
 def _type_name(annotation: Any) -> str:
@@ -264,7 +272,9 @@ def parse_config(raw: Mapping[str, Any]) -> StackConfig:
             continue
         if key not in types:
             known = ", ".join(sorted(types))
-            raise ConfigError(full_key, f"unknown key; the keys of this project are: {known}")
+            close = difflib.get_close_matches(key, types, n=1, cutoff=0.6)
+            hint = f"did you mean {PROJECT}:{close[0]}? " if close else ""
+            raise ConfigError(full_key, f"unknown key; {hint}the keys of this project are: {known}")
         data[key] = _decode(key, value, types[key])
     try:
         return StackConfig.model_validate(data)

@@ -1,0 +1,291 @@
+"""``__main__.py`` for each stack file under Pulumi's mocks: what it asks GCP for, and what it exports."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from conftest import GCP_PROJECT, MOCK_API_KEY, MOCK_IP, Deployment, deploy, secret_value, stack_config
+
+from infra.config import ConfigError, parse_config
+from infra.model_cache import model_object_name
+
+INSTANCE = "gcp:compute/instance:Instance"
+FIREWALL = "gcp:compute/firewall:Firewall"
+BUCKET = "gcp:storage/bucket:Bucket"
+ACCOUNT = "gcp:serviceaccount/account:Account"
+BUCKET_IAM = "gcp:storage/bucketIAMMember:BucketIAMMember"
+PROJECT_IAM = "gcp:projects/iAMMember:IAMMember"
+SECRET = "gcp:secretmanager/secret:Secret"
+SECRET_VERSION = "gcp:secretmanager/secretVersion:SecretVersion"
+SECRET_IAM = "gcp:secretmanager/secretIamMember:SecretIamMember"
+PASSWORD = "random:index/randomPassword:RandomPassword"
+ADDRESS = "gcp:compute/address:Address"
+SERVICE = "gcp:projects/service:Service"
+IAP_RANGE = "35.235.240.0/20"
+NO_KEY = "qwen36-mtp-l4:apiKey"
+
+
+def sa_email(d: Deployment) -> str:
+    return f"{d.one(ACCOUNT).inputs['accountId']}@{GCP_PROJECT}.iam.gserviceaccount.com"
+
+
+def test_every_stack_file_is_a_valid_config_in_its_own_region(stack: str) -> None:
+    cfg = parse_config(stack_config(stack))
+    assert cfg.zone.startswith(f"{cfg.region}-")
+    assert {"dev": "us-central1"}.get(stack, stack) == cfg.region
+
+
+def test_components_own_their_children(deployed: Deployment) -> None:
+    components = {r.name: r.type for r in deployed.resources if r.type.startswith("qwen36:infra:")}
+    assert components == {
+        "apis": "qwen36:infra:Apis",
+        "network": "qwen36:infra:NetworkAccess",
+        "model-cache": "qwen36:infra:ModelCache",
+        "identity": "qwen36:infra:Identity",
+        "api-key": "qwen36:infra:ApiKey",
+        "server": "qwen36:infra:Server",
+    }
+    urns = {name: deployed.registrations[name].urn for name in components}
+    for resource in deployed.resources:
+        if resource.name in components:
+            continue
+        owner = next(c for c in components if resource.name.startswith(f"{c}-"))
+        assert deployed.registrations[resource.name].parent == urns[owner], resource.name
+
+
+def test_apis_enabled_and_left_on(deployed: Deployment) -> None:
+    services = deployed.of_type(SERVICE)
+    assert {s.inputs["service"] for s in services} == {
+        "compute.googleapis.com",
+        "storage.googleapis.com",
+        "secretmanager.googleapis.com",
+        "iap.googleapis.com",
+    }
+    assert all(s.inputs["disableOnDestroy"] is False and s.inputs["project"] == GCP_PROJECT for s in services)
+
+
+def test_network_without_ranges_opens_only_iap(deployed: Deployment) -> None:
+    (rule,) = deployed.of_type(FIREWALL)
+    vm = deployed.one(INSTANCE).inputs
+    assert rule.inputs["sourceRanges"] == [IAP_RANGE]
+    assert rule.inputs["allows"] == [{"protocol": "tcp", "ports": ["22", "8080"]}]
+    assert rule.inputs["targetTags"] == vm["tags"]
+    assert rule.inputs["direction"] == "INGRESS"
+
+
+def test_network_with_ranges_opens_8080_to_them_only(stack: str) -> None:
+    d = deploy(stack, {"sourceRanges": ["198.51.100.7/32", "203.0.113.0/24"]})
+    rules = {r.name: r.inputs for r in d.of_type(FIREWALL)}
+    assert set(rules) == {"network-server", "network-iap"}
+    public = rules["network-server"]
+    assert public["sourceRanges"] == ["198.51.100.7/32", "203.0.113.0/24"]
+    assert public["allows"] == [{"protocol": "tcp", "ports": ["8080"]}]
+    assert public["targetTags"] == d.one(INSTANCE).inputs["tags"]
+
+
+def test_model_bucket_is_private_regional_and_kept(deployed: Deployment, stack: str) -> None:
+    bucket = deployed.one(BUCKET)
+    cfg = parse_config(stack_config(stack))
+    assert bucket.inputs["location"] == cfg.region.upper()
+    assert bucket.inputs["uniformBucketLevelAccess"] is True
+    assert bucket.inputs["publicAccessPrevention"] == "enforced"
+    assert bucket.inputs["forceDestroy"] is False
+    assert deployed.registrations[bucket.name].retain_on_delete is True
+
+
+def test_model_bucket_opt_out_is_destroyed_with_contents() -> None:
+    d = deploy("dev", {"keepModelBucket": False})
+    bucket = d.one(BUCKET)
+    assert bucket.inputs["forceDestroy"] is True
+    assert d.registrations[bucket.name].retain_on_delete is False
+
+
+def test_identity_is_dedicated_and_least_privilege(deployed: Deployment) -> None:
+    member = f"serviceAccount:{sa_email(deployed)}"
+    bucket_name = deployed.outputs["modelBucket"]
+    bucket_grants = {
+        (b.inputs["bucket"], b.inputs["role"], b.inputs["member"]) for b in deployed.of_type(BUCKET_IAM)
+    }
+    assert bucket_grants == {
+        (bucket_name, "roles/storage.objectViewer", member),
+        (bucket_name, "roles/storage.objectCreator", member),
+    }
+    project_grants = {
+        (p.inputs["project"], p.inputs["role"], p.inputs["member"]) for p in deployed.of_type(PROJECT_IAM)
+    }
+    assert project_grants == {
+        (GCP_PROJECT, "roles/logging.logWriter", member),
+        (GCP_PROJECT, "roles/monitoring.metricWriter", member),
+    }
+    vm = deployed.one(INSTANCE).inputs
+    assert vm["serviceAccount"] == {
+        "email": sa_email(deployed),
+        "scopes": ["https://www.googleapis.com/auth/cloud-platform"],
+    }
+
+
+def test_without_self_staging_the_vm_only_reads_the_bucket() -> None:
+    d = deploy("dev", {"selfStageModel": False})
+    assert [b.inputs["role"] for b in d.of_type(BUCKET_IAM)] == ["roles/storage.objectViewer"]
+
+
+def test_api_key_generated_stored_and_readable_by_the_server_only(deployed: Deployment) -> None:
+    password = deployed.one(PASSWORD).inputs
+    assert password["length"] == 48 and password["special"] is False
+    secret = deployed.one(SECRET).inputs
+    assert secret["replication"] == {"auto": {}}
+    version = deployed.one(SECRET_VERSION).inputs
+    assert secret_value(version["secretData"]) == MOCK_API_KEY  # and kept secret in the state
+    (grant,) = deployed.of_type(SECRET_IAM)
+    assert grant.inputs["role"] == "roles/secretmanager.secretAccessor"
+    assert grant.inputs["member"] == f"serviceAccount:{sa_email(deployed)}"
+    assert grant.inputs["secretId"] == secret["secretId"]
+    assert deployed.outputs["apiKey"] == MOCK_API_KEY
+    assert "apiKey" in deployed.secret_outputs
+    # The VM waits for the stored key (and its grant) before its boot script asks for it.
+    deps = deployed.registrations[deployed.one(INSTANCE).name].dependencies
+    for name in ("api-key-version", "api-key-accessor", "identity-bucket-objectviewer", "network-iap"):
+        assert deployed.registrations[name].urn in deps, name
+
+
+def test_api_key_off_creates_no_key() -> None:
+    d = deploy("dev", {"apiKey": False})
+    assert not d.of_type(PASSWORD) and not d.of_type(SECRET) and not d.of_type(SECRET_IAM)
+    assert d.outputs["apiKey"] is None
+
+
+def test_spot_server_shape(deployed: Deployment, stack: str) -> None:
+    cfg = parse_config(stack_config(stack))
+    assert cfg.image_project == "deeplearning-platform-release"
+    assert cfg.image_family == "common-cu129-ubuntu-2204-nvidia-580"
+    vm = deployed.one(INSTANCE).inputs
+    assert vm["machineType"] == "g2-standard-8"
+    assert vm["zone"] == cfg.zone
+    assert vm["guestAccelerators"] == [{"type": "nvidia-l4", "count": 1}]
+    assert vm["scheduling"] == {
+        "provisioningModel": "SPOT",
+        "preemptible": True,
+        "automaticRestart": False,
+        "onHostMaintenance": "TERMINATE",
+        "instanceTerminationAction": "STOP",
+    }
+    assert vm["bootDisk"]["initializeParams"] == {
+        "image": f"projects/{cfg.image_project}/global/images/family/{cfg.image_family}",
+        "size": 100,
+        "type": "pd-ssd",
+    }
+    assert vm["shieldedInstanceConfig"] == {
+        "enableSecureBoot": False,
+        "enableVtpm": True,
+        "enableIntegrityMonitoring": True,
+    }
+    assert vm["metadata"] == {
+        "enable-oslogin": "TRUE",
+        "serial-port-enable": "FALSE",
+        "block-project-ssh-keys": "TRUE",
+        "enable-guest-attributes": "TRUE",
+    }
+    assert "startup-script" not in vm["metadata"]  # cannot be combined with metadataStartupScript
+    assert vm["allowStoppingForUpdate"] is True
+    assert vm["labels"]["app"] == "qwen36-mtp-l4" and vm["labels"]["managed-by"] == "pulumi"
+    assert deployed.registrations[deployed.one(INSTANCE).name].delete_before_replace is True
+
+
+def test_static_ip_is_reserved_in_region_and_attached(deployed: Deployment, stack: str) -> None:
+    cfg = parse_config(stack_config(stack))
+    address = deployed.one(ADDRESS).inputs
+    assert address["region"] == cfg.region and address["addressType"] == "EXTERNAL"
+    (nic,) = deployed.one(INSTANCE).inputs["networkInterfaces"]
+    assert nic["accessConfigs"] == [{"natIp": MOCK_IP, "networkTier": "PREMIUM"}]
+
+
+def test_standard_provisioning_restarts_but_still_terminates_for_maintenance() -> None:
+    vm = deploy("dev", {"provisioningModel": "STANDARD"}).one(INSTANCE).inputs
+    assert vm["scheduling"] == {
+        "provisioningModel": "STANDARD",
+        "preemptible": False,
+        "automaticRestart": True,
+        "onHostMaintenance": "TERMINATE",
+    }
+
+
+def test_startup_script_is_rendered_for_the_real_bucket_and_secret(deployed: Deployment, stack: str) -> None:
+    script = deployed.one(INSTANCE).inputs["metadataStartupScript"]
+    assert deployed.outputs["startupScriptSha256"] == hashlib.sha256(script.encode()).hexdigest()
+    try:
+        from infra.boot_script import render_boot_script
+    except ModuleNotFoundError:
+        pytest.skip("infra/boot_script.py not present: the placeholder script is used")
+    cfg = parse_config(stack_config(stack))
+    expected = render_boot_script(
+        cfg,
+        bucket=deployed.outputs["modelBucket"],
+        api_key_secret=deployed.one(SECRET).inputs["secretId"],
+        project=GCP_PROJECT,
+    )
+    assert script == expected
+    assert MOCK_API_KEY not in script
+
+
+def test_startup_script_changes_with_the_config() -> None:
+    base = deploy("dev").outputs["startupScriptSha256"]
+    assert deploy("dev", {"ctxSize": 32768}).outputs["startupScriptSha256"] != base
+
+
+def test_exports_private_by_default(deployed: Deployment, stack: str) -> None:
+    cfg = parse_config(stack_config(stack))
+    out = deployed.outputs
+    name = out["instanceName"]
+    assert name == deployed.one(INSTANCE).inputs["name"]
+    assert (out["zone"], out["staticIp"]) == (cfg.zone, MOCK_IP)
+    assert out["webUiUrl"] == "http://localhost:8080/"
+    assert out["apiBaseUrl"] == "http://localhost:8080/v1"
+    assert out["metricsUrl"] == "http://localhost:8080/metrics"
+    assert out["modelGcsUri"] == f"gs://{out['modelBucket']}/{model_object_name(cfg)}"
+    assert out["modelBucket"].startswith("model-cache-bucket")
+    where = f"--zone={cfg.zone} --project={GCP_PROJECT}"
+    tunnel = f"gcloud compute start-iap-tunnel {name} 8080 --local-host-port=localhost:8080 {where}"
+    assert out["iapTunnel"] == tunnel
+    assert tunnel in out["access"] and "IAP" in out["access"].replace("Identity-Aware Proxy", "IAP")
+    assert (
+        out["logsSerial"]
+        == f"gcloud compute instances get-serial-port-output {name} {where} | grep startup-script"
+    )
+    assert out["logsContainer"] == (
+        f"gcloud compute ssh {name} {where} --tunnel-through-iap --command 'sudo docker logs -f llama-server'"
+    )
+    assert out["sshIap"] == f"gcloud compute ssh {name} {where} --tunnel-through-iap"
+    for verb in ("stop", "start", "delete"):
+        assert out[verb] == f"gcloud compute instances {verb} {name} {where}"
+    assert out["estimatedHourlyCostUsd"] == 0.24
+    note = out["estimatedHourlyCostNote"]
+    assert "estimate" in note and "Source:" in note and "2026-11-30" in note
+    assert ("us-central1 prices" in note) == (cfg.region != "us-central1")
+    assert out.keys() - deployed.secret_outputs == out.keys() - {"apiKey"}
+
+
+def test_exports_point_at_the_static_ip_when_a_range_is_open() -> None:
+    out = deploy("europe-west4", {"sourceRanges": ["198.51.100.7/32"]}).outputs
+    assert out["webUiUrl"] == f"http://{MOCK_IP}:8080/"
+    assert out["apiBaseUrl"] == f"http://{MOCK_IP}:8080/v1"
+    assert out["metricsUrl"] == f"http://{MOCK_IP}:8080/metrics"
+    assert "198.51.100.7/32" in out["access"]
+
+
+def test_on_demand_cost_estimate() -> None:
+    out = deploy("dev", {"provisioningModel": "STANDARD"}).outputs
+    assert out["estimatedHourlyCostUsd"] == 0.81
+
+
+def test_missing_gcp_project_fails_before_any_resource() -> None:
+    with pytest.raises(ConfigError) as err:
+        deploy("dev", gcp_project=None)
+    assert err.value.key == "gcp:project"
+    assert "pulumi config set gcp:project" in str(err.value)
+
+
+def test_invalid_value_fails_before_any_resource() -> None:
+    with pytest.raises(ConfigError) as err:
+        deploy("dev", {"zone": "europe-west4-a"})
+    assert err.value.key == "qwen36-mtp-l4:zone"

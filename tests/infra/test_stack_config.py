@@ -1,0 +1,155 @@
+"""Every invalid stack value fails before any resource, naming its key, the value and what is allowed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from conftest import PROJECT, as_pulumi_config
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic.alias_generators import to_camel
+
+from infra.config import ConfigError, StackConfig, deployment_name, parse_config, require_gcp_project
+
+# key -> (bad value, a fragment the message must contain to say what is allowed)
+INVALID: dict[str, tuple[str, Any, str]] = {
+    "zone-shape": ("zone", "us-central1", "zone name"),
+    "zone-other-region": ("zone", "europe-west4-a", "not in region"),
+    "machine-not-g2": ("machineType", "n1-standard-8", "g2-standard-8"),
+    "machine-too-small": ("machineType", "g2-standard-4", "32 GB"),
+    "accelerator": ("acceleratorType", "nvidia-tesla-t4", "nvidia-l4"),
+    "two-gpus": ("acceleratorCount", 2, "1"),
+    "provisioning": ("provisioningModel", "PREEMPTIBLE", "SPOT"),
+    "disk-type": ("bootDiskType", "pd-standard", "pd-ssd"),
+    "disk-too-small": ("bootDiskSizeGb", 50, "at least"),
+    "disk-not-int": ("bootDiskSizeGb", "lots", "integer"),
+    "sha256": ("modelSha256", "abc123", "64"),
+    "size-negative": ("modelSizeBytes", -1, "0"),
+    "repo": ("modelRepo", "no-owner", "owner/name"),
+    "file-ext": ("modelFile", "model.bin", ".gguf"),
+    "file-escape": ("modelFile", "../x.gguf", "relative"),
+    "ctx-small": ("ctxSize", 100, "512"),
+    "degraded-above-ctx": ("degradedCtxSize", 65536, "ctxSize"),
+    "parallel": ("parallel", 0, "1"),
+    "n-max": ("specDraftNMax", 17, "16"),
+    "p-min": ("specDraftPMin", "1.5", "1"),
+    "ubatch-above-batch": ("ubatchSize", 1024, "batchSize"),
+    "alias": ("alias", "bad alias!", "letters"),
+    "threads": ("threads", 9, "vCPUs"),
+    "tools": ("tools", ["rm_rf"], "allowed"),
+    "cidr": ("sourceRanges", ["not-a-cidr"], "CIDR"),
+    "cidr-host-bits": ("sourceRanges", ["10.0.0.1/8"], "CIDR"),
+    "cidr-v6": ("sourceRanges", ["2001:db8::/32"], "IPv4"),
+    "public-without-opt-in": ("sourceRanges", ["0.0.0.0/0"], "allowPublicInternet"),
+    "bool": ("apiKey", "yes", "boolean"),
+    "bool-keep": ("keepModelBucket", "maybe", "boolean"),
+    "timeout": ("healthTimeoutMinutes", 0, "1"),
+    "build": ("llamaCppBuild", 0, "1"),
+    "unknown-key": ("ctxsize", 4096, "did you mean qwen36-mtp-l4:ctxSize?"),
+}
+
+
+@pytest.mark.parametrize("as_cli_passes_it", [False, True], ids=["yaml-values", "cli-strings"])
+@pytest.mark.parametrize("case", INVALID)
+def test_invalid_value_names_key_value_and_what_is_allowed(case: str, as_cli_passes_it: bool) -> None:
+    key, value, allowed = INVALID[case]
+    bag = {f"{PROJECT}:{key}": value}
+    with pytest.raises(ConfigError) as err:
+        parse_config(as_pulumi_config(bag) if as_cli_passes_it else bag)
+    assert err.value.key == f"{PROJECT}:{key}"
+    message = str(err.value)
+    shown = value[0] if isinstance(value, list) else value
+    if case == "unknown-key":
+        shown = key
+    assert str(shown) in message, message
+    assert allowed in message, message
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"sourceRanges": ["0.0.0.0/0"], "allowPublicInternet": True},
+        {"threads": 8, "provisioningModel": "STANDARD", "bootDiskType": "pd-balanced"},
+        {"machineType": "g2-standard-16", "threads": 16, "tools": ["read_file"]},
+        {"region": "asia-southeast1", "zone": "asia-southeast1-b", "specDraftPMin": 0.5},
+        {"modelSizeBytes": 200 * 1024**3, "bootDiskSizeGb": 260},
+    ],
+)
+def test_valid_combinations_are_accepted(overrides: dict[str, Any]) -> None:
+    for bag in ({f"{PROJECT}:{k}": v for k, v in overrides.items()},):
+        assert isinstance(parse_config(bag), StackConfig)
+        assert isinstance(parse_config(as_pulumi_config(bag)), StackConfig)
+
+
+def test_disk_minimum_follows_the_model_size() -> None:
+    bag = {f"{PROJECT}:modelSizeBytes": 200 * 1024**3}
+    with pytest.raises(ConfigError) as err:
+        parse_config(bag)
+    assert err.value.key == f"{PROJECT}:bootDiskSizeGb"
+
+
+def test_other_namespaces_are_ignored() -> None:
+    assert parse_config({"gcp:project": "p", "gcp:region": "x"}) == StackConfig()
+
+
+def test_gcp_project_is_required_by_its_own_key() -> None:
+    assert require_gcp_project({"gcp:project": "acme"}) == "acme"
+    for missing in ({}, {"gcp:project": ""}, {"gcp:project": "  "}):
+        with pytest.raises(ConfigError) as err:
+            require_gcp_project(missing)
+        assert err.value.key == "gcp:project"
+
+
+@given(st.text(min_size=0, max_size=80))
+def test_deployment_name_is_always_a_valid_service_account_id(stack: str) -> None:
+    name = deployment_name(stack)
+    assert 6 <= len(name) <= 30
+    assert name[0].isalpha() and name[-1] != "-"
+    assert set(name) <= set("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+# --- property: the loader accepts or raises ConfigError, never anything else -----------------
+
+KEYS = [to_camel(name) for name in StackConfig.model_fields]
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=8,
+)
+# Values as YAML stack files hold them, and as the CLI hands them over (strings, JSON inside).
+values = json_values | json_values.map(lambda v: json.dumps(v, allow_nan=True)) | st.text(max_size=30)
+likely_values = st.sampled_from(
+    [
+        "true",
+        "false",
+        "0",
+        "-1",
+        "1e999",
+        "NaN",
+        "[]",
+        '["0.0.0.0/0"]',
+        "{}",
+        "null",
+        "g2-standard-4",
+        "SPOT",
+        "",
+    ]
+)
+keys = st.sampled_from(KEYS) | st.text(max_size=12)
+full_keys = st.builds(
+    lambda ns, k: f"{ns}:{k}", st.sampled_from([PROJECT, PROJECT, "gcp", ""]), keys
+) | st.text(max_size=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(full_keys, values | likely_values, max_size=8))
+def test_loader_accepts_or_raises_config_error(raw: dict[str, Any]) -> None:
+    try:
+        cfg = parse_config(raw)
+    except ConfigError as err:
+        assert err.key.startswith(f"{PROJECT}:")
+        assert err.message
+    else:
+        assert isinstance(cfg, StackConfig)
