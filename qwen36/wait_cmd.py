@@ -1,0 +1,80 @@
+"""``python -m qwen36 wait``: block until the deployed server is ready (the Pulumi health gate runs it).
+
+The API key comes from the environment (``QWEN36_API_KEY``) so it never appears in a command
+line, a process list or Pulumi's state of the command; it is never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from qwen36.health import ComputeApiReader, Target, WaitFailed, WaitSettings, wait_ready
+
+API_KEY_ENV = "QWEN36_API_KEY"
+MODES = ("http", "guest-attributes")
+EXIT_NOT_READY = 1
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "wait",
+        help="wait until the server answers, or fail with a diagnosis",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    parser.add_argument("--mode", choices=MODES, required=True)
+    parser.add_argument("--url", help="http mode: the server's base URL, e.g. http://203.0.113.7:8080")
+    parser.add_argument("--project", required=True)
+    parser.add_argument("--zone", required=True)
+    parser.add_argument("--instance", required=True)
+    parser.add_argument("--timeout-minutes", type=float, required=True)
+    parser.add_argument("--poll-seconds", type=float, default=WaitSettings.poll_s)
+    parser.add_argument("--heartbeat-seconds", type=float, default=WaitSettings.heartbeat_s)
+    parser.add_argument(
+        "--compute-endpoint", help="Compute API endpoint override (a local stand-in in tests)"
+    )
+    parser.add_argument(
+        "--anonymous", action="store_true", help="no credentials (only for a local Compute API stand-in)"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.mode == "http" and not args.url:
+        print("wait: --mode http needs --url", file=sys.stderr)
+        return 2
+    credentials = None
+    if args.anonymous:
+        from google.auth.credentials import AnonymousCredentials
+
+        credentials = AnonymousCredentials()
+    reader = ComputeApiReader(api_endpoint=args.compute_endpoint, credentials=credentials)
+    try:
+        wait_ready(
+            settings=WaitSettings(
+                timeout_s=args.timeout_minutes * 60,
+                poll_s=args.poll_seconds,
+                heartbeat_s=args.heartbeat_seconds,
+            ),
+            url=args.url if args.mode == "http" else None,
+            api_key=os.environ.get(API_KEY_ENV) or None,
+            target=Target(project=args.project, zone=args.zone, instance=args.instance),
+            reader=reader,
+            emit=lambda line: print(line, flush=True),
+        )
+    except WaitFailed as exc:
+        print(exc, file=sys.stderr, flush=True)
+        return EXIT_NOT_READY
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m qwen36")
+    register(parser.add_subparsers(required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
