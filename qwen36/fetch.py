@@ -35,11 +35,11 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -791,7 +791,12 @@ def _fsync_dir(path: Path) -> None:
 # ---------------------------------------------------------------------------------- verification
 
 
-def sha256_file(path: str, callback: ProgressCallback | None = None) -> str:
+class Hasher(Protocol):
+    def update(self, data: bytes, /) -> None: ...
+
+
+def sha256_file(path: str, callback: ProgressCallback | None = None, also: Sequence[Hasher] = ()) -> str:
+    """The file's sha256; ``also`` gets the same bytes (the stage command's crc32c, in the same pass)."""
     digest = hashlib.sha256()
     total = Path(path).stat().st_size
     done = 0
@@ -803,6 +808,8 @@ def sha256_file(path: str, callback: ProgressCallback | None = None) -> str:
             if not count:
                 break
             digest.update(view[:count])
+            for hasher in also:
+                hasher.update(bytes(view[:count]))
             done += count
             if callback:
                 callback(done, total)
@@ -815,6 +822,7 @@ def verify_file(
     size: int | None = None,
     label: str = "",
     callback: ProgressCallback | None = None,
+    also: Sequence[Hasher] = (),
 ) -> None:
     """Raise VerifyError unless the file has exactly this size and sha256."""
     label = label or path
@@ -826,7 +834,7 @@ def verify_file(
         raise VerifyError(f"{label}: cannot read {path}: {exc.strerror}") from exc
     if size is not None and actual_size != size:
         raise VerifyError(f"{label}: expected {size} bytes, found {actual_size} (truncated or wrong file)")
-    actual = sha256_file(path, callback)
+    actual = sha256_file(path, callback, also)
     if actual != sha256:
         raise VerifyError(f"{label}: expected sha256 {sha256}, content has {actual}")
 

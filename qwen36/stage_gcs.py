@@ -1,0 +1,193 @@
+"""The stage command's GCS side: the bucket check, the idempotency check and the resumable upload.
+
+google-cloud-storage creates the upload session; google-resumable-media (its own dependency) sends
+the chunks and, after an interruption, asks GCS which bytes it already holds and seeks there. The
+session URL lives in a state file keyed by bucket, object and sha256, so a rerun resumes.
+https://cloud.google.com/storage/docs/performing-resumable-uploads#resume-upload
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from google.api_core import exceptions
+from google.auth.exceptions import DefaultCredentialsError
+from google.cloud import storage
+from google.resumable_media import common
+from google.resumable_media.requests import ResumableUpload
+from requests import exceptions as http_errors
+
+from qwen36 import fetch
+from qwen36.stage import StageError, Target
+
+CONTENT_TYPE = "application/octet-stream"
+GCS_TIMEOUT_S = 120
+# Chunk failures in a row before the run stops (the state file keeps the session for a rerun).
+MAX_CHUNK_ATTEMPTS = 5
+
+Say = Callable[[str], None]
+
+
+def storage_client() -> storage.Client:
+    try:
+        return storage.Client()
+    except DefaultCredentialsError as exc:
+        raise StageError(
+            f"no Google credentials ({exc}); run `gcloud auth application-default login`"
+        ) from None
+
+
+def readable_bucket(client: storage.Client, name: str) -> storage.Bucket:
+    """The bucket, checked up front: a wrong name or a missing permission fails before any download."""
+    try:
+        return client.get_bucket(name, timeout=GCS_TIMEOUT_S)
+    except exceptions.NotFound:
+        raise StageError(
+            f"bucket gs://{name} does not exist; deploy the stack first (`pulumi up`) or pass --bucket"
+        ) from None
+    except exceptions.Forbidden as exc:
+        raise StageError(f"the credentials in use cannot read bucket gs://{name}: {exc.message}") from None
+
+
+def staged_state(bucket: storage.Bucket, name: str, sha256: str, size: int) -> tuple[bool, str]:
+    """Whether the object already holds exactly this file, and what it holds otherwise."""
+    blob = bucket.get_blob(name, timeout=GCS_TIMEOUT_S)
+    if blob is None:
+        return False, "not staged yet"
+    metadata = blob.metadata or {}
+    found_sha = metadata.get("sha256", "")
+    found_size = metadata.get("size", "")
+    if found_sha == sha256 and blob.size == size and found_size in ("", str(size)):
+        return True, "already staged"
+    return False, (
+        f"the object holds sha256 {found_sha or '(none)'}, {blob.size} bytes (metadata size "
+        f"{found_size or '(none)'}); expected sha256 {sha256}, {size} bytes: replacing it"
+    )
+
+
+class SessionUpload(ResumableUpload):
+    """A ResumableUpload attached to an existing session URL. The library only starts new sessions,
+    but its ``recover()`` (ask GCS for the committed offset, seek the stream there) is what a rerun
+    needs; these four fields are what ``initiate()`` would have set."""
+
+    def __init__(self, url: str, stream: IO[bytes], size: int, chunk_size: int) -> None:
+        super().__init__(url, chunk_size)
+        self._resumable_url = url
+        self._stream = stream
+        self._total_bytes = size
+        self._content_type = CONTENT_TYPE
+
+
+def state_file(cache_dir: Path, target: Target, sha256: str) -> Path:
+    key = hashlib.sha256(f"{target.bucket}/{target.name}/{sha256}".encode()).hexdigest()[:24]
+    return cache_dir / "uploads" / f"{key}.json"
+
+
+def upload(
+    client: storage.Client,
+    bucket: storage.Bucket,
+    target: Target,
+    path: Path,
+    sha256: str,
+    size: int,
+    crc32c: str,
+    cache_dir: Path,
+    chunk_size: int,
+    say: Say,
+    on_progress: fetch.ProgressCallback,
+) -> str:
+    """Resumable upload into ``target``; afterwards the object's size, metadata and crc32c must match."""
+    state = state_file(cache_dir, target, sha256)
+    transport = client._http
+    with path.open("rb") as stream:
+        session = _resume(state, stream, size, chunk_size, transport, say)
+        resumed_at = session.bytes_uploaded if session else 0
+        if session is None:
+            url = _new_session(client, bucket, target, sha256, size)
+            state.parent.mkdir(parents=True, exist_ok=True)
+            state.write_text(json.dumps({"uri": target.uri, "sha256": sha256, "size": size, "url": url}))
+            session = SessionUpload(url, stream, size, chunk_size)
+        on_progress(resumed_at, size)
+        _transmit(session, transport, size, on_progress)
+    state.unlink(missing_ok=True)
+    check_uploaded(bucket, target, sha256, size, crc32c)
+    if resumed_at:
+        say(f"{target.uri}: resumed at byte {resumed_at}, sent the remaining {size - resumed_at}")
+        return "resumed"
+    return "uploaded"
+
+
+def _transmit(session: SessionUpload, transport: Any, size: int, on_progress: fetch.ProgressCallback) -> None:
+    failures = 0
+    while not session.finished:
+        try:
+            session.transmit_next_chunk(transport, timeout=GCS_TIMEOUT_S)
+            failures = 0
+        except (common.InvalidResponse, http_errors.RequestException) as exc:
+            failures += 1
+            if failures >= MAX_CHUNK_ATTEMPTS:
+                raise StageError(
+                    f"upload stopped at byte {session.bytes_uploaded} of {size} after {failures} failures "
+                    f"({exc}); rerun to resume from there"
+                ) from None
+            time.sleep(fetch.backoff_s(failures))
+            session.recover(transport)
+        on_progress(session.bytes_uploaded, size)
+
+
+def _new_session(
+    client: storage.Client, bucket: storage.Bucket, target: Target, sha256: str, size: int
+) -> str:
+    blob = bucket.blob(target.name)
+    blob.metadata = {"sha256": sha256, "size": str(size)}
+    url: str = blob.create_resumable_upload_session(
+        content_type=CONTENT_TYPE, size=size, client=client, timeout=GCS_TIMEOUT_S, checksum=None
+    )
+    return url
+
+
+def _resume(
+    state: Path, stream: IO[bytes], size: int, chunk_size: int, transport: Any, say: Say
+) -> SessionUpload | None:
+    """Continue an earlier run's session at the offset GCS reports; None when there is none to continue."""
+    try:
+        saved = json.loads(state.read_text(encoding="utf-8"))
+        url = str(saved["url"])
+    except (OSError, ValueError, KeyError):
+        return None
+    if saved.get("size") != size:
+        return None
+    session = SessionUpload(url, stream, size, chunk_size)
+    try:
+        session.recover(transport)
+    except (common.InvalidResponse, http_errors.RequestException) as exc:
+        # Sessions expire after a week, and a finished one no longer answers 308: start a new one.
+        # https://cloud.google.com/storage/docs/resumable-uploads#session-uris
+        say(f"the earlier upload session cannot be resumed ({exc.__class__.__name__}); starting again")
+        state.unlink(missing_ok=True)
+        return None
+    say(f"resuming the earlier upload: GCS holds {session.bytes_uploaded} of {size} bytes")
+    return session
+
+
+def check_uploaded(bucket: storage.Bucket, target: Target, sha256: str, size: int, crc32c: str) -> None:
+    """What GCS stored must be what was read here; a bad object is deleted, never left for a VM."""
+    blob = bucket.get_blob(target.name, timeout=GCS_TIMEOUT_S)
+    if blob is None:
+        raise StageError(f"{target.uri} is missing right after its upload finished")
+    metadata = blob.metadata or {}
+    problems = []
+    if blob.size != size:
+        problems.append(f"{blob.size} bytes, expected {size} (a truncated upload)")
+    if metadata.get("sha256") != sha256 or metadata.get("size") != str(size):
+        problems.append(f"metadata {metadata}, expected sha256 {sha256} and size {size}")
+    if blob.crc32c != crc32c:
+        problems.append(f"crc32c {blob.crc32c}, the local file has {crc32c}")
+    if problems:
+        blob.delete(timeout=GCS_TIMEOUT_S)
+        raise StageError(f"{target.uri} was deleted: it held " + "; ".join(problems), fetch.EXIT_VERIFY)

@@ -1,0 +1,312 @@
+"""qwen36/fetch.py against gcp-storage-emulator: the VM's GCS model step and its refusals."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qwen36 import fetch
+from tests.cache.conftest import FETCH_PY, Blob, Gcs, Recorder, run_fetch
+
+MODEL_OBJECT = "models/unsloth/repo/model.gguf"
+
+
+def _leftovers(dest: Path) -> list[str]:
+    return sorted(p.name for p in dest.parent.iterdir()) if dest.parent.exists() else []
+
+
+@pytest.mark.parametrize("slices", [1, 8])
+def test_sliced_download_is_byte_identical(gcs: Gcs, small_file: Blob, tmp_path: Path, slices: int) -> None:
+    gcs.put(MODEL_OBJECT, small_file)
+    dest = tmp_path / "models" / "model.gguf"
+
+    done = run_fetch(
+        "gcs",
+        "--bucket",
+        gcs.bucket.name,
+        "--object",
+        MODEL_OBJECT,
+        "--dest",
+        str(dest),
+        "--slices",
+        str(slices),
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert dest.read_bytes() == small_file.path.read_bytes()
+    assert _leftovers(dest) == ["model.gguf"], "the partial file and its checkpoint are cleaned up"
+
+
+def test_plan_covers_every_byte_once() -> None:
+    for size, count in [(small := 24 * 1024 * 1024 + 12345, 8), (small, 1), (100, 8), (0, 4)]:
+        pieces = fetch.plan_slices(size, count)
+        assert pieces[0].start == 0
+        assert pieces[-1].end == size
+        assert all(a.end == b.start for a, b in itertools.pairwise(pieces))
+        assert len(pieces) <= max(1, count)
+
+
+def test_object_sha256_metadata_is_the_default_expectation(
+    gcs: Gcs, small_file: Blob, tmp_path: Path
+) -> None:
+    gcs.put(MODEL_OBJECT, small_file)
+    dest = tmp_path / "model.gguf"
+
+    info = fetch.fetch_gcs(gcs.bucket.name, MODEL_OBJECT, str(dest), slices=4)
+
+    assert info.sha256 == small_file.sha256
+    assert info.size == small_file.size
+    fetch.verify_file(str(dest), small_file.sha256, small_file.size)
+
+
+def test_missing_object_is_a_cache_miss(gcs: Gcs, tmp_path: Path) -> None:
+    done = run_fetch(
+        "gcs", "--bucket", gcs.bucket.name, "--object", "models/none.gguf", "--dest", str(tmp_path / "m")
+    )
+
+    assert done.returncode == fetch.EXIT_NOT_FOUND
+    assert f"object gs://{gcs.bucket.name}/models/none.gguf not found" in done.stderr
+
+
+def test_missing_bucket_says_so(gcs: Gcs, tmp_path: Path) -> None:
+    done = run_fetch(
+        "gcs", "--bucket", "no-such-bucket-x", "--object", MODEL_OBJECT, "--dest", str(tmp_path / "m")
+    )
+
+    assert done.returncode == fetch.EXIT_NOT_FOUND
+    assert "bucket gs://no-such-bucket-x does not exist" in done.stderr
+
+
+def test_unreadable_bucket_is_an_error_naming_the_credentials(forbidding_gcs: str, tmp_path: Path) -> None:
+    done = run_fetch("gcs", "--bucket", "b", "--object", MODEL_OBJECT, "--dest", str(tmp_path / "m"))
+
+    assert done.returncode == fetch.EXIT_ERROR
+    assert "HTTP 403" in done.stderr
+    assert "credentials" in done.stderr
+    assert not (tmp_path / "m").exists()
+
+
+def test_configured_sha256_must_match_the_object_metadata(gcs: Gcs, small_file: Blob, tmp_path: Path) -> None:
+    gcs.put(MODEL_OBJECT, small_file)
+    wrong = "ab" * 32
+    dest = tmp_path / "model.gguf"
+
+    done = run_fetch(
+        "gcs", "--bucket", gcs.bucket.name, "--object", MODEL_OBJECT, "--dest", str(dest), "--sha256", wrong
+    )
+
+    assert done.returncode == fetch.EXIT_VERIFY
+    assert f"expected sha256 {wrong}, object says {small_file.sha256}" in done.stderr
+    assert _leftovers(dest) == []
+
+
+def test_metadata_that_disagrees_with_the_content_is_refused(
+    gcs: Gcs, small_file: Blob, other_small_file: Blob, tmp_path: Path
+) -> None:
+    # The bytes of one file under the sha256 of another: only hashing the download can tell.
+    gcs.put(MODEL_OBJECT, small_file, {"sha256": other_small_file.sha256, "size": str(small_file.size)})
+    dest = tmp_path / "model.gguf"
+
+    done = run_fetch("gcs", "--bucket", gcs.bucket.name, "--object", MODEL_OBJECT, "--dest", str(dest))
+
+    assert done.returncode == fetch.EXIT_VERIFY
+    assert f"expected sha256 {other_small_file.sha256}, content has {small_file.sha256}" in done.stderr
+    assert "metadata disagrees with its content" in done.stderr
+    assert _leftovers(dest) == [], "neither the model nor a partial file is left behind"
+
+
+def test_truncated_object_is_refused_before_download(gcs: Gcs, small_file: Blob, tmp_path: Path) -> None:
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(small_file.path.read_bytes()[: small_file.size // 2])
+    gcs.put(
+        MODEL_OBJECT,
+        Blob(truncated, small_file.sha256, small_file.size // 2),
+        {
+            "sha256": small_file.sha256,
+            "size": str(small_file.size),
+        },
+    )
+    dest = tmp_path / "out" / "model.gguf"
+
+    done = run_fetch("gcs", "--bucket", gcs.bucket.name, "--object", MODEL_OBJECT, "--dest", str(dest))
+
+    assert done.returncode == fetch.EXIT_VERIFY
+    assert (
+        f"metadata says size {small_file.size} but the object holds {small_file.size // 2} bytes"
+        in done.stderr
+    )
+    assert _leftovers(dest) == []
+
+
+def test_object_without_sha256_is_not_trusted(gcs: Gcs, small_file: Blob, tmp_path: Path) -> None:
+    gcs.put(MODEL_OBJECT, small_file, {})
+
+    done = run_fetch(
+        "gcs", "--bucket", gcs.bucket.name, "--object", MODEL_OBJECT, "--dest", str(tmp_path / "m")
+    )
+
+    assert done.returncode == fetch.EXIT_VERIFY
+    assert "no sha256 metadata" in done.stderr
+
+
+def test_progress_is_put_to_the_metadata_server(
+    gcs: Gcs, small_file: Blob, tmp_path: Path, progress_sink: Recorder
+) -> None:
+    gcs.put(MODEL_OBJECT, small_file)
+
+    done = run_fetch(
+        "gcs",
+        "--bucket",
+        gcs.bucket.name,
+        "--object",
+        MODEL_OBJECT,
+        "--dest",
+        str(tmp_path / "m"),
+        "--progress-url",
+        progress_sink.url,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert progress_sink.puts, "at least the final progress report"
+    path, flavor, body = progress_sink.puts[-1]
+    assert path.endswith("/guest-attributes/qwen36/detail")
+    assert flavor == "Google"
+    assert re.match(r"^model (\d+\.\d)/\1 GB from gcs", body), body
+
+
+def test_unreachable_progress_url_does_not_fail_the_download(
+    gcs: Gcs, small_file: Blob, tmp_path: Path
+) -> None:
+    gcs.put(MODEL_OBJECT, small_file)
+
+    done = run_fetch(
+        "gcs",
+        "--bucket",
+        gcs.bucket.name,
+        "--object",
+        MODEL_OBJECT,
+        "--dest",
+        str(tmp_path / "m"),
+        "--progress-url",
+        "http://127.0.0.1:9/nothing-listens-here",
+    )
+
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_verified_file_already_in_place_is_kept(gcs: Gcs, small_file: Blob, tmp_path: Path) -> None:
+    gcs.put(MODEL_OBJECT, small_file)
+    dest = tmp_path / "model.gguf"
+    shutil.copyfile(small_file.path, dest)
+    before = dest.stat().st_mtime_ns
+
+    done = run_fetch("gcs", "--bucket", gcs.bucket.name, "--object", MODEL_OBJECT, "--dest", str(dest))
+
+    assert done.returncode == 0, done.stderr
+    assert dest.stat().st_mtime_ns == before
+
+
+def test_a_corrupt_file_in_place_is_replaced(gcs: Gcs, small_file: Blob, tmp_path: Path) -> None:
+    gcs.put(MODEL_OBJECT, small_file)
+    dest = tmp_path / "model.gguf"
+    dest.write_bytes(b"\0" * small_file.size)
+
+    done = run_fetch("gcs", "--bucket", gcs.bucket.name, "--object", MODEL_OBJECT, "--dest", str(dest))
+
+    assert done.returncode == 0, done.stderr
+    assert "replacing" in done.stderr
+    fetch.verify_file(str(dest), small_file.sha256, small_file.size)
+
+
+def test_upload_stores_sha256_and_size_and_is_idempotent(gcs: Gcs, small_file: Blob) -> None:
+    args = ("upload", "--bucket", gcs.bucket.name, "--object", MODEL_OBJECT, "--src", str(small_file.path))
+
+    first = run_fetch(*args, "--sha256", small_file.sha256)
+    second = run_fetch(*args, "--sha256", small_file.sha256)
+
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip().endswith(": uploaded")
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.strip().endswith(": already staged")
+    blob = gcs.bucket.get_blob(MODEL_OBJECT)
+    assert blob is not None
+    assert blob.metadata == {"sha256": small_file.sha256, "size": str(small_file.size)}
+    assert blob.size == small_file.size
+
+
+def test_upload_refuses_a_file_that_is_not_the_expected_one(
+    gcs: Gcs, small_file: Blob, other_small_file: Blob
+) -> None:
+    done = run_fetch(
+        "upload",
+        "--bucket",
+        gcs.bucket.name,
+        "--object",
+        MODEL_OBJECT,
+        "--src",
+        str(small_file.path),
+        "--sha256",
+        other_small_file.sha256,
+    )
+
+    assert done.returncode == fetch.EXIT_VERIFY
+    assert f"expected sha256 {other_small_file.sha256}, content has {small_file.sha256}" in done.stderr
+    assert gcs.bucket.get_blob(MODEL_OBJECT) is None
+
+
+def test_verify_command(small_file: Blob) -> None:
+    ok = run_fetch(
+        "verify",
+        "--path",
+        str(small_file.path),
+        "--sha256",
+        small_file.sha256,
+        "--size",
+        str(small_file.size),
+    )
+    short = run_fetch("verify", "--path", str(small_file.path), "--sha256", small_file.sha256, "--size", "7")
+    wrong = run_fetch("verify", "--path", str(small_file.path), "--sha256", "0" * 64)
+
+    assert ok.returncode == 0, ok.stderr
+    assert short.returncode == fetch.EXIT_VERIFY
+    assert f"expected 7 bytes, found {small_file.size}" in short.stderr
+    assert wrong.returncode == fetch.EXIT_VERIFY
+    assert f"expected sha256 {'0' * 64}, content has {small_file.sha256}" in wrong.stderr
+
+
+def test_fetch_py_is_stdlib_only_and_python_3_10_syntax() -> None:
+    """The VM runs it with the image's system python3 (3.10 on Ubuntu 22.04) before installing anything."""
+    tree = ast.parse(FETCH_PY.read_text(), feature_version=(3, 10))
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    } | {
+        node.module.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
+
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported - set(sys.stdlib_module_names)
+
+
+def test_fetch_py_runs_on_python_3_10(small_file: Blob) -> None:
+    python310 = shutil.which("python3.10")
+    probe = subprocess.run([python310 or "false", "-c", "pass"], capture_output=True, check=False)
+    if python310 is None or probe.returncode != 0:
+        pytest.skip("no python3.10 on PATH")
+    done = subprocess.run(
+        [python310, str(FETCH_PY), "verify", "--path", str(small_file.path), "--sha256", small_file.sha256],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
