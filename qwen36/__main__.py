@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("qwen36.stage", "qwen36.bench")
+COMMANDS = ("qwen36.stage", "qwen36.bench", "qwen36.wait_cmd")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,10 +10,11 @@ import argparse
 import os
 import sys
 
-from qwen36.health import ComputeApiReader, Target, WaitFailed, WaitSettings, wait_ready
-
 API_KEY_ENV = "QWEN36_API_KEY"
 MODES = ("http", "guest-attributes")
+# Mirrors qwen36.health's defaults; that module (httpx, the Compute client) loads only on run.
+DEFAULT_POLL_S = 5.0
+DEFAULT_HEARTBEAT_S = 30.0
 EXIT_NOT_READY = 1
 
 
@@ -29,8 +30,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--zone", required=True)
     parser.add_argument("--instance", required=True)
     parser.add_argument("--timeout-minutes", type=float, required=True)
-    parser.add_argument("--poll-seconds", type=float, default=WaitSettings.poll_s)
-    parser.add_argument("--heartbeat-seconds", type=float, default=WaitSettings.heartbeat_s)
+    parser.add_argument("--poll-seconds", type=float, default=DEFAULT_POLL_S)
+    parser.add_argument("--heartbeat-seconds", type=float, default=DEFAULT_HEARTBEAT_S)
     parser.add_argument(
         "--compute-endpoint", help="Compute API endpoint override (a local stand-in in tests)"
     )
@@ -41,6 +42,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from qwen36.health import ComputeApiReader, Target, WaitFailed, WaitSettings, wait_ready
+
     if args.mode == "http" and not args.url:
         print("wait: --mode http needs --url", file=sys.stderr)
         return 2
@@ -49,7 +52,15 @@ def run(args: argparse.Namespace) -> int:
         from google.auth.credentials import AnonymousCredentials
 
         credentials = AnonymousCredentials()
-    reader = ComputeApiReader(api_endpoint=args.compute_endpoint, credentials=credentials)
+    reader: ComputeApiReader | None
+    try:
+        reader = ComputeApiReader(api_endpoint=args.compute_endpoint, credentials=credentials)
+    except Exception as exc:  # e.g. no application-default credentials on this machine
+        if args.mode != "http":
+            print(f"wait: cannot read the VM's report through the Compute API: {exc}", file=sys.stderr)
+            return EXIT_NOT_READY
+        print(f"wait: no Compute API access ({type(exc).__name__}); probing HTTP only", flush=True)
+        reader = None
     try:
         wait_ready(
             settings=WaitSettings(
