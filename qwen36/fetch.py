@@ -59,7 +59,7 @@ MAX_REDIRECTS = 5
 
 DEFAULT_SLICES = 8
 # Below this a slice costs more in requests than it gains in parallelism.
-MIN_SLICE_BYTES = 16 * 1024 * 1024
+MIN_SLICE_BYTES = 4 * 1024 * 1024
 READ_BLOCK = 1024 * 1024
 HASH_BLOCK = 8 * 1024 * 1024
 # GCS resumable uploads take chunks in multiples of 256 KiB.
@@ -592,7 +592,8 @@ def _fetch_slice(source: Source, fd: int, piece: Slice, stop: threading.Event) -
             try:
                 _check_range_reply(source, reply, offset, sent_validator)
                 while piece.remaining > 0 and not stop.is_set():
-                    block = reply.response.read(min(READ_BLOCK, piece.remaining))
+                    # read1: whatever has arrived (up to a block), so progress never waits for a full block.
+                    block = reply.response.read1(min(READ_BLOCK, piece.remaining))
                     if not block:
                         raise TransientError(f"{source.label}: connection closed at byte {offset}")
                     _pwrite_all(fd, block, piece.start + piece.done)

@@ -79,8 +79,12 @@ def sha256_of(path: Path) -> str:
 
 
 class HfServer:
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, url_ttl_s: float | None = None) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, url_ttl_s: float | None = None, cdn_host: str = ""
+    ) -> None:
+        """``cdn_host`` (e.g. "localhost") puts the CDN on another host name, as on the real hub."""
         self.url_ttl_s = url_ttl_s
+        self.cdn_host = cdn_host
         self.files: dict[tuple[str, str, str], HubFile] = {}
         self.log: list[Logged] = []
         self.bytes_served = 0
@@ -199,7 +203,9 @@ class HfServer:
             # A plain git file: served from the hub itself, its ETag is a git blob id, not a sha256.
             return self._serve(handler, entry, f'"{commit}"', X_Repo_Commit=commit)
         expires = int(time.time() + (self.url_ttl_s if self.url_ttl_s is not None else 3600))
-        location = f"{self.base_url}/cdn/{entry.key}?Expires={expires}&Signature=sig{entry.version}"
+        port = self._httpd.server_address[1]
+        cdn = f"http://{self.cdn_host}:{port}" if self.cdn_host else self.base_url
+        location = f"{cdn}/cdn/{entry.key}?Expires={expires}&Signature=sig{entry.version}"
         return self._plain(
             handler,
             HTTPStatus.FOUND,

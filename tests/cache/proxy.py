@@ -24,6 +24,7 @@ class CountingProxy:
         self.port = self._listener.getsockname()[1]
         self.url = f"http://{host}:{self.port}"
         self.sent_upstream = 0
+        self.connections = 0
         self.stalled = threading.Event()
         self._stall_at: int | None = None
         self._unfreeze = threading.Event()
@@ -35,6 +36,7 @@ class CountingProxy:
     def reset_count(self) -> None:
         with self._lock:
             self.sent_upstream = 0
+            self.connections = 0
 
     def stall_after(self, nbytes: int) -> None:
         with self._lock:
@@ -67,6 +69,7 @@ class CountingProxy:
             upstream = socket.create_connection(self._upstream)
             with self._lock:
                 self._sockets += [client, upstream]
+                self.connections += 1
             threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
 

@@ -14,6 +14,7 @@ import pytest
 
 from qwen36 import fetch
 from tests.cache.conftest import FETCH_PY, Blob, Gcs, Recorder, run_fetch
+from tests.cache.proxy import CountingProxy
 
 MODEL_OBJECT = "models/unsloth/repo/model.gguf"
 
@@ -23,9 +24,12 @@ def _leftovers(dest: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("slices", [1, 8])
-def test_sliced_download_is_byte_identical(gcs: Gcs, small_file: Blob, tmp_path: Path, slices: int) -> None:
+def test_sliced_download_is_byte_identical(
+    gcs: Gcs, proxy: CountingProxy, small_file: Blob, tmp_path: Path, slices: int
+) -> None:
     gcs.put(MODEL_OBJECT, small_file)
     dest = tmp_path / "models" / "model.gguf"
+    proxy.reset_count()
 
     done = run_fetch(
         "gcs",
@@ -42,6 +46,9 @@ def test_sliced_download_is_byte_identical(gcs: Gcs, small_file: Blob, tmp_path:
     assert done.returncode == 0, done.stderr
     assert dest.read_bytes() == small_file.path.read_bytes()
     assert _leftovers(dest) == ["model.gguf"], "the partial file and its checkpoint are cleaned up"
+    ranges = len(fetch.plan_slices(small_file.size, slices))
+    assert ranges == (1 if slices == 1 else 6)
+    assert proxy.connections == 1 + ranges, "one metadata request, then one request per range"
 
 
 def test_plan_covers_every_byte_once() -> None:
