@@ -289,3 +289,33 @@ def test_invalid_value_fails_before_any_resource() -> None:
     with pytest.raises(ConfigError) as err:
         deploy("dev", {"zone": "europe-west4-a"})
     assert err.value.key == "qwen36-mtp-l4:zone"
+
+
+def test_every_cloud_resource_waits_for_the_apis(deployed: Deployment) -> None:
+    by_urn = {reg.urn: name for name, reg in deployed.registrations.items()}
+    services = {r.name for r in deployed.of_type(SERVICE)}
+
+    def upstream(name: str, seen: set[str]) -> set[str]:
+        for urn in deployed.registrations[name].dependencies:
+            dep = by_urn[urn]
+            if dep not in seen:
+                seen.add(dep)
+                upstream(dep, seen)
+        return seen
+
+    for r in deployed.resources:
+        if r.type.startswith("gcp:") and r.type != SERVICE:
+            assert services <= upstream(r.name, set()), r.name
+
+
+def test_startup_script_without_api_key_has_no_secret_to_fetch() -> None:
+    d = deploy("dev", {"apiKey": False})
+    try:
+        from infra.boot_script import render_boot_script
+    except ModuleNotFoundError:
+        pytest.skip("infra/boot_script.py not present: the placeholder script is used")
+    cfg = parse_config({**stack_config("dev"), NO_KEY: False})
+    script = d.one(INSTANCE).inputs["metadataStartupScript"]
+    assert script == render_boot_script(
+        cfg, bucket=d.outputs["modelBucket"], api_key_secret=None, project=GCP_PROJECT
+    )

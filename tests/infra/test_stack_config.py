@@ -11,7 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic.alias_generators import to_camel
 
-from infra.config import ConfigError, StackConfig, deployment_name, parse_config, require_gcp_project
+from infra.config import (
+    G2_MACHINE_TYPES,
+    ConfigError,
+    StackConfig,
+    deployment_name,
+    parse_config,
+    require_gcp_project,
+)
 
 # key -> (bad value, a fragment the message must contain to say what is allowed)
 INVALID: dict[str, tuple[str, Any, str]] = {
@@ -149,7 +156,50 @@ def test_loader_accepts_or_raises_config_error(raw: dict[str, Any]) -> None:
     try:
         cfg = parse_config(raw)
     except ConfigError as err:
-        assert err.key.startswith(f"{PROJECT}:")
+        assert err.key.startswith(PROJECT)  # the key it blames, in the project namespace
         assert err.message
     else:
         assert isinstance(cfg, StackConfig)
+
+
+# Plausible values per key, so that examples get past the field checks to the cross-checks.
+cidrs = st.builds(
+    lambda a, n: f"{a}/{n}", st.ip_addresses(v=4).map(str), st.integers(0, 32)
+) | st.sampled_from(["0.0.0.0/0", "10.0.0.0/8", "::/0"])
+zones = st.builds(
+    lambda r, z: f"{r}-{z}",
+    st.sampled_from(["us-central1", "europe-west4", "asia-southeast1"]),
+    st.sampled_from("abcz"),
+)
+PLAUSIBLE = {
+    "region": st.sampled_from(["us-central1", "europe-west4", "asia-southeast1", "mars-north1"]),
+    "zone": zones,
+    "machineType": st.sampled_from([*G2_MACHINE_TYPES, "g2-standard-4", "a2-highgpu-1g"]),
+    "provisioningModel": st.sampled_from(["SPOT", "STANDARD", "spot"]),
+    "bootDiskSizeGb": st.integers(-10, 70000),
+    "modelSizeBytes": st.integers(-1, 2**50),
+    "ctxSize": st.integers(0, 300000),
+    "degradedCtxSize": st.integers(0, 300000),
+    "ubatchSize": st.integers(0, 10000),
+    "batchSize": st.integers(0, 70000),
+    "threads": st.integers(-1, 300),
+    "specDraftPMin": st.floats(-1, 2) | st.just(float("nan")),
+    "sourceRanges": st.lists(cidrs, max_size=3),
+    "allowPublicInternet": st.booleans(),
+    "tools": st.lists(st.sampled_from(["all", "read_file", "rm"]), max_size=2),
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.fixed_dictionaries({}, optional=PLAUSIBLE), st.booleans())
+def test_loader_on_plausible_values_accepts_or_raises_config_error(
+    values: dict[str, Any], as_cli: bool
+) -> None:
+    bag = {f"{PROJECT}:{k}": v for k, v in values.items()}
+    try:
+        cfg = parse_config(as_pulumi_config(bag) if as_cli else bag)
+    except ConfigError as err:
+        assert err.key.startswith(f"{PROJECT}:")
+    else:
+        assert cfg.zone.startswith(cfg.region) and cfg.min_boot_disk_gb <= cfg.boot_disk_size_gb
+        assert "0.0.0.0/0" not in cfg.source_ranges or cfg.allow_public_internet

@@ -1,0 +1,60 @@
+"""The cost estimate and the ready-to-paste commands, for configs the stack files don't cover."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+from conftest import PROJECT
+
+from infra.config import G2_MACHINE_TYPES, parse_config
+from infra.model_cache import model_object_name
+from infra.outputs import PLAIN_OUTPUT_KEYS, Place, commands, plain_outputs
+from infra.pricing import SEED_USD_PER_HOUR, estimate_hourly_cost
+
+
+def cfg_for(**values: object):  # type: ignore[no-untyped-def]
+    return parse_config({f"{PROJECT}:{k}": v for k, v in values.items()})
+
+
+@pytest.mark.parametrize("model", ["SPOT", "STANDARD"])
+def test_cost_grows_with_the_g2_shape_and_stays_below_linear(model: str) -> None:
+    costs = [
+        estimate_hourly_cost(cfg_for(machineType=m, provisioningModel=model)).usd_per_hour
+        for m in G2_MACHINE_TYPES
+    ]
+    assert costs[0] == SEED_USD_PER_HOUR[model]
+    assert costs == sorted(costs) and len(set(costs)) == len(costs)
+    # The L4 does not double with the vCPUs: g2-standard-32 costs less than 4x g2-standard-8.
+    assert costs[-1] < 4 * costs[0]
+
+
+def test_cost_label_says_what_it_is() -> None:
+    label = estimate_hourly_cost(
+        cfg_for(machineType="g2-standard-16", region="europe-west4", zone="europe-west4-a")
+    )
+    assert "estimate" in label.label and "scaled from g2-standard-8" in label.label
+    assert "us-central1 prices" in label.label and "Source:" in label.label
+
+
+def test_spot_is_cheaper_than_on_demand() -> None:
+    spot = estimate_hourly_cost(cfg_for()).usd_per_hour
+    on_demand = estimate_hourly_cost(cfg_for(provisioningModel="STANDARD")).usd_per_hour
+    assert spot < on_demand
+
+
+def test_commands_quote_what_the_shell_would_split() -> None:
+    place = Place(project="my project", instance="qwen36-dev", zone="us-central1-a", static_ip="203.0.113.10")
+    for name, command in commands(place).items():
+        words = shlex.split(command.split(" | ")[0])
+        assert "--project=my project" in words, name
+
+
+def test_plain_outputs_keys_are_the_exported_keys() -> None:
+    place = Place(project="p", instance="i", zone="us-central1-a", static_ip="203.0.113.10")
+    assert tuple(plain_outputs(cfg_for(), place)) == PLAIN_OUTPUT_KEYS
+
+
+def test_model_object_name_keeps_the_repo_path() -> None:
+    cfg = cfg_for(modelRepo="acme/Tiny-GGUF", modelFile="sub/tiny.gguf")
+    assert model_object_name(cfg) == "models/acme/Tiny-GGUF/sub/tiny.gguf"
