@@ -2,12 +2,12 @@
 #
 # Bakes the tooling image: the startup script of the short-lived builder VM (infra/tooling_image.py).
 #
-# It installs the docker engine, points docker at the NVIDIA container runtime and pulls the
+# It installs the docker engine, registers the NVIDIA container runtime with docker and pulls the
 # pinned llama.cpp server image, so a server VM booted from the resulting image skips ~170 s of
-# its cold start (its boot script finds the work done and moves on). Every step checks before it
-# acts, so a rerun does only what is missing. Progress goes to the journal/serial console with
-# UTC timestamps and to guest attributes, which the deployer follows through the Compute API:
-# https://cloud.google.com/compute/docs/metadata/manage-guest-attributes
+# its cold start: the boot script (startup/boot.sh) makes the same checks and finds the work done.
+# Every step checks before it acts, so a rerun does only what is missing. Progress goes to the
+# journal/serial console with UTC timestamps and to guest attributes, which the deployer follows
+# through the Compute API: https://cloud.google.com/compute/docs/metadata/manage-guest-attributes
 #
 # infra/bake_script.py prepends the shebang and the shell-quoted config block; this file is
 # appended verbatim. The QWEN36_* environment overrides exist only for the test sandbox.
@@ -18,52 +18,58 @@ umask 022
 : "${GA_NAMESPACE:?rendered by infra/bake_script.py}"
 : "${KEY_PHASE:?}" "${KEY_DETAIL:?}" "${KEY_TIME:?}" "${PHASE_READY:?}" "${PHASE_FAILED:?}"
 
-METADATA_URL="${QWEN36_METADATA_URL:-http://metadata.google.internal}"
-APT_LISTS_DIR="${QWEN36_APT_LISTS_DIR:-/var/lib/apt/lists}"
+METADATA_URL=${QWEN36_METADATA_URL:-http://metadata.google.internal}
 # Multiplies every pause (the sandbox runs at a fraction of real time).
-TIME_SCALE="${QWEN36_TIME_SCALE:-1}"
+TIME_SCALE=${QWEN36_TIME_SCALE:-1}
 GA_URL="$METADATA_URL/computeMetadata/v1/instance/guest-attributes/$GA_NAMESPACE"
 
-# Bounds for every wait. The DLVM image runs unattended-upgrades on first boot, which holds the
-# dpkg lock for a while; apt waits for it (DPkg::Lock::Timeout) instead of failing or having its
-# lock removed.
+# Bounds: every wait below is one of these. The DLVM image runs unattended-upgrades right after
+# boot, which holds the dpkg lock for a while; apt waits for it (DPkg::Lock::Timeout) rather than
+# failing or having the lock removed under it.
 APT_LOCK_TIMEOUT_S=600
 APT_TIMEOUT_S=900
+DOCKER_CMD_TIMEOUT_S=120
 DOCKER_READY_POLLS=30
 DOCKER_READY_POLL_S=2
 PULL_ATTEMPTS=3
-RETRY_PAUSE_S=10
 PULL_TIMEOUT_S=1200
-METADATA_TIMEOUT_S=5
+RETRY_PAUSE_S=10
+GUEST_ATTR_TIMEOUT_S=5
+DETAIL_MAX_CHARS=900
 
-CURRENT_PHASE="start"
+CURRENT_PHASE=bake-start
 
 nap() {
   sleep "$(awk -v s="$1" -v k="$TIME_SCALE" 'BEGIN { printf "%.3f", s * k }')"
 }
 
+utc_now() {
+  date -u +%Y-%m-%dT%H:%M:%SZ
+}
+
 log() {
-  printf '%s qwen36-bake: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*"
+  printf '%s qwen36: %s\n' "$(utc_now)" "$*"
 }
 
-put_attribute() {
-  curl --silent --show-error --fail --max-time "$METADATA_TIMEOUT_S" --retry 3 \
-    -X PUT -H 'Metadata-Flavor: Google' --data-binary "$2" \
-    "$GA_URL/$1" >/dev/null
+put_attr() {
+  # NOTE: guest attributes need the metadata header and enable-guest-attributes=TRUE on the VM.
+  curl -fsS -X PUT --max-time "$GUEST_ATTR_TIMEOUT_S" -H 'Metadata-Flavor: Google' \
+    --data-binary "$2" "$GA_URL/$1" >/dev/null 2>&1 || log "warning: could not write guest attribute $1"
 }
 
-# Reports are best effort: a metadata hiccup must not fail the bake, the deployer's wait is bounded.
+# Reports are best effort: a metadata hiccup must not fail the bake; the deployer's wait is bounded.
 report() {
-  local phase="$1" detail="${2:-}"
-  CURRENT_PHASE="$phase"
-  log "phase $phase${detail:+: $detail}"
-  put_attribute "$KEY_DETAIL" "$detail" || log "warning: could not report the detail of $phase"
-  put_attribute "$KEY_TIME" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" || log "warning: could not report the time"
-  put_attribute "$KEY_PHASE" "$phase" || log "warning: could not report phase $phase"
+  local phase=$1 detail=${2:0:$DETAIL_MAX_CHARS} now
+  now=$(utc_now)
+  CURRENT_PHASE=$phase
+  printf '%s qwen36: phase=%s %s\n' "$now" "$phase" "$detail"
+  put_attr "$KEY_DETAIL" "$detail"
+  put_attr "$KEY_TIME" "$now"
+  put_attr "$KEY_PHASE" "$phase"
 }
 
 on_error() {
-  local status="$1" line="$2"
+  local status=$1 line=$2
   trap - ERR
   report "$PHASE_FAILED" "$CURRENT_PHASE failed (exit $status at line $line)"
   exit "$status"
@@ -75,11 +81,14 @@ apt_get() {
     apt-get -o "DPkg::Lock::Timeout=$APT_LOCK_TIMEOUT_S" -y "$@"
 }
 
-wait_for_docker() {
+docker_ready() {
   local poll
   for ((poll = 1; poll <= DOCKER_READY_POLLS; poll++)); do
-    if docker info >/dev/null 2>&1; then
+    if timeout "$DOCKER_CMD_TIMEOUT_S" docker info >/dev/null 2>&1; then
       return 0
+    fi
+    if ((poll == 1)); then
+      systemctl start docker || true
     fi
     nap "$DOCKER_READY_POLL_S"
   done
@@ -87,35 +96,35 @@ wait_for_docker() {
   return 1
 }
 
+has_nvidia_runtime() {
+  local runtimes
+  runtimes=$(timeout "$DOCKER_CMD_TIMEOUT_S" docker info --format '{{json .Runtimes}}')
+  [[ $runtimes == *'"nvidia"'* ]]
+}
+
 install_docker() {
   report bake-docker "docker engine"
-  if command -v dockerd >/dev/null 2>&1; then
-    log "docker engine present: $(docker --version)"
+  if command -v docker >/dev/null 2>&1; then
+    log "docker is installed"
   else
     # The DLVM base ships the NVIDIA driver and container toolkit but no docker engine.
     apt_get update
     apt_get install --no-install-recommends docker.io
   fi
-  systemctl enable --now docker
-  wait_for_docker
-}
-
-has_nvidia_runtime() {
-  local runtimes
-  runtimes="$(docker info --format '{{json .Runtimes}}')"
-  [[ $runtimes == *'"nvidia"'* ]]
+  docker_ready
 }
 
 configure_nvidia_runtime() {
   report bake-runtime "nvidia container runtime"
   if has_nvidia_runtime; then
-    log "docker already knows the nvidia runtime"
+    log "docker already has the nvidia runtime"
     return 0
   fi
-  # nvidia-ctk (from the DLVM image) only edits /etc/docker/daemon.json; it needs no GPU.
+  # nvidia-ctk (from the DLVM image) only edits /etc/docker/daemon.json: no GPU needed.
+  # https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html
   nvidia-ctk runtime configure --runtime=docker
   systemctl restart docker
-  wait_for_docker
+  docker_ready
   has_nvidia_runtime || {
     log "nvidia-ctk ran, yet docker lists no nvidia runtime"
     return 1
@@ -130,7 +139,7 @@ pull_server_image() {
   fi
   local attempt
   for ((attempt = 1; attempt <= PULL_ATTEMPTS; attempt++)); do
-    if timeout "$PULL_TIMEOUT_S" docker pull --quiet "$SERVER_IMAGE"; then
+    if timeout "$PULL_TIMEOUT_S" docker pull -q "$SERVER_IMAGE" >/dev/null; then
       return 0
     fi
     log "pull attempt $attempt of $PULL_ATTEMPTS failed"
@@ -142,21 +151,21 @@ pull_server_image() {
 }
 
 clean_up() {
-  report bake-clean "apt caches"
+  # Downloaded .debs only; the package lists stay so that the server's own apt steps (a driver
+  # rebuild after a kernel upgrade) work without an update first.
+  report bake-clean "apt cache"
   apt_get clean
-  find "$APT_LISTS_DIR" -type f -not -name lock -delete
   sync
 }
 
 main() {
-  local started
-  started="$(date +%s)"
-  report bake-start "building the tooling image"
+  local started=$SECONDS
+  report bake-start "baking docker and $SERVER_IMAGE"
   install_docker
   configure_nvidia_runtime
   pull_server_image
   clean_up
-  report "$PHASE_READY" "baked $SERVER_IMAGE in $(($(date +%s) - started)) s"
+  report "$PHASE_READY" "baked docker and $SERVER_IMAGE in $((SECONDS - started)) s"
 }
 
 main "$@"

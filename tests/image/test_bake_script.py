@@ -1,12 +1,13 @@
-"""The real rendered bake script, run under bash in the stub sandbox (tests/image/sandbox.py)."""
+"""The real rendered bake script, run under bash in the boot script's stub sandbox (tests/boot/)."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -14,17 +15,12 @@ from infra import boot_protocol
 from infra.bake_script import BAKE_PHASES, BODY_PATH, bake_script_hash, render_bake_script, shell_quote
 from infra.config import StackConfig
 from infra.llama_cpp import server_image
-from tests.image.sandbox import BakeSandbox, GuestAttributes, metadata_server
+from tests.boot.sandbox import BootResult, Sandbox, base_python
 
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
 IMAGE = server_image(StackConfig().llama_cpp_build)
 NS = boot_protocol.NAMESPACE
-
-
-@pytest.fixture
-def metadata() -> Iterator[tuple[str, GuestAttributes]]:
-    with metadata_server() as served:
-        yield served
+BAKE_STUBS = Path(__file__).resolve().parent / "bake_stubs.py"
 
 
 @pytest.fixture
@@ -32,114 +28,145 @@ def script() -> str:
     return render_bake_script(StackConfig())
 
 
-def _commands(calls: list[str], prefix: str) -> list[str]:
-    return [call for call in calls if call.startswith(prefix)]
+def _use_bake_stubs(sandbox: Sandbox) -> Sandbox:
+    for name in ("apt-get", "docker"):
+        wrapper = sandbox.host / "stubs" / name
+        wrapper.write_text(f'#!/bin/sh\nexec {base_python()} -S {BAKE_STUBS} {name} "$@"\n')
+    return sandbox
 
 
-def test_fresh_builder_installs_configures_pulls_and_reports_ready(
-    tmp_path: Path, script: str, metadata: tuple[str, GuestAttributes]
-) -> None:
-    url, attributes = metadata
-    sandbox = BakeSandbox(tmp_path)
-    result = sandbox.run(script, url)
-    assert result.returncode == 0, result.stdout + result.stderr
+def _bake(sandbox: Sandbox, script: str) -> BootResult:
+    """Power-cycle the VM with the bake script as its startup script (the server's is kept)."""
+    server_script = sandbox.script_path.read_text()
+    sandbox.script_path.write_text(script)
+    try:
+        return sandbox.boot()
+    finally:
+        sandbox.script_path.write_text(server_script)
 
-    calls = sandbox.calls()
-    installs = _commands(calls, "apt-get")
-    assert any(" install " in f" {c} " and "docker.io" in c for c in installs)
+
+def _argvs(result: BootResult, cmd: str) -> list[list[str]]:
+    return result.commands(cmd)
+
+
+def _ga(result: BootResult) -> dict[str, str]:
+    return {w.key: w.value for w in result.writes if w.namespace == NS}
+
+
+def _ga_phases(result: BootResult) -> list[str]:
+    return [w.value for w in result.writes if w.namespace == NS and w.key == boot_protocol.KEY_PHASE]
+
+
+def _is_install_of(argv: list[str], package: str) -> bool:
+    return "install" in argv and package in argv
+
+
+def test_fresh_builder_installs_configures_pulls_and_reports_ready(make_sandbox: Any, script: str) -> None:
+    sandbox = _use_bake_stubs(make_sandbox())
+    result = _bake(sandbox, script)
+    assert result.rc == 0, result.log
+
+    apt = _argvs(result, "apt-get")
+    assert any(_is_install_of(a, "docker.io") for a in apt)
     # apt waits (bounded) for unattended-upgrades' dpkg lock rather than failing on it.
-    assert all("DPkg::Lock::Timeout=600" in c for c in installs)
-    assert "nvidia-ctk runtime configure --runtime=docker" in calls
-    assert "systemctl restart docker" in calls
-    # The runtime is configured before the restart that loads it, and the image is pulled once.
-    assert calls.index("nvidia-ctk runtime configure --runtime=docker") < calls.index(
-        "systemctl restart docker"
-    )
-    assert _commands(calls, "docker pull") == [f"docker pull --quiet {IMAGE}"]
-    assert (sandbox.state / "images").read_text().split() == [IMAGE]
+    assert all("DPkg::Lock::Timeout=600" in a for a in apt)
+    order = [(c["cmd"], c["argv"]) for c in result.calls]
+    configure = ("nvidia-ctk", ["runtime", "configure", "--runtime=docker"])
+    restart = ("systemctl", ["restart", "docker"])
+    assert order.index(configure) < order.index(restart)
+    assert _argvs(result, "docker").count(["pull", "-q", IMAGE]) == 1
+    # The apt cache is cleaned after the work that filled it, before the ready report.
+    clean = next(i for i, (cmd, argv) in enumerate(order) if cmd == "apt-get" and "clean" in argv)
+    assert clean > max(i for i, (cmd, argv) in enumerate(order) if cmd == "docker" and argv[:1] == ["pull"])
 
-    # apt caches are cleaned out of the image; the lock file stays.
-    assert "apt-get -o DPkg::Lock::Timeout=600 -y clean" in calls
-    assert sorted(p.name for p in sandbox.apt_lists.iterdir()) == ["lock"]
+    host = sandbox.host_state()["docker"]
+    assert host["installed"] and host["nvidia_configured"] and "nvidia" in host["runtimes"]
+    assert host["images"] == [IMAGE]
 
-    assert attributes.phases() == list(BAKE_PHASES)
-    assert attributes.values[f"{NS}/{boot_protocol.KEY_PHASE}"] == boot_protocol.PHASE_READY
-    assert IMAGE in attributes.values[f"{NS}/{boot_protocol.KEY_DETAIL}"]
-    assert re.fullmatch(
-        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", attributes.values[f"{NS}/{boot_protocol.KEY_TIME}"]
-    )
-    # Every log line carries a UTC timestamp.
-    lines = [line for line in result.stdout.splitlines() if "qwen36-bake:" in line]
-    assert lines and all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ qwen36-bake: ", line) for line in lines)
-
-
-def test_second_run_does_only_what_is_missing(
-    tmp_path: Path, script: str, metadata: tuple[str, GuestAttributes]
-) -> None:
-    url, attributes = metadata
-    sandbox = BakeSandbox(tmp_path)
-    assert sandbox.run(script, url).returncode == 0
-    (tmp_path / "calls.log").unlink()
-
-    result = sandbox.run(script, url)
-    assert result.returncode == 0, result.stderr
-    calls = sandbox.calls()
-    assert not any(" install " in f" {c} " for c in _commands(calls, "apt-get"))
-    assert _commands(calls, "nvidia-ctk") == []
-    assert _commands(calls, "docker pull") == []
-    assert "image already pulled" in result.stdout
-    assert attributes.phases()[-1] == boot_protocol.PHASE_READY
+    assert result.phases == list(BAKE_PHASES)
+    assert _ga_phases(result) == list(BAKE_PHASES)
+    values = _ga(result)
+    assert values[boot_protocol.KEY_PHASE] == boot_protocol.PHASE_READY
+    assert IMAGE in values[boot_protocol.KEY_DETAIL]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", values[boot_protocol.KEY_TIME])
+    lines = [line for line in result.log.splitlines() if " qwen36: " in line]
+    assert lines and all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ qwen36: ", line) for line in lines)
 
 
-def test_docker_already_on_the_image_is_not_reinstalled(
-    tmp_path: Path, script: str, metadata: tuple[str, GuestAttributes]
-) -> None:
-    url, _ = metadata
-    sandbox = BakeSandbox(tmp_path, docker_installed=True)
-    result = sandbox.run(script, url)
-    assert result.returncode == 0, result.stderr
-    calls = sandbox.calls()
-    assert not any(" install " in f" {c} " for c in _commands(calls, "apt-get"))
-    assert "docker engine present" in result.stdout
-    assert "nvidia-ctk runtime configure --runtime=docker" in calls
+def test_second_run_does_only_what_is_missing(make_sandbox: Any, script: str) -> None:
+    sandbox = _use_bake_stubs(make_sandbox())
+    assert _bake(sandbox, script).rc == 0
+    again = _bake(sandbox, script)
+    assert again.rc == 0, again.log
+    assert not any(_is_install_of(a, "docker.io") for a in _argvs(again, "apt-get"))
+    assert _argvs(again, "nvidia-ctk") == []
+    assert not [a for a in _argvs(again, "docker") if a[:1] == ["pull"]]
+    assert "image already pulled" in again.log
+    assert again.phases[-1] == boot_protocol.PHASE_READY
 
 
-def test_a_pull_that_keeps_failing_is_bounded_and_reported(
-    tmp_path: Path, script: str, metadata: tuple[str, GuestAttributes]
-) -> None:
-    url, attributes = metadata
-    sandbox = BakeSandbox(tmp_path)
-    result = sandbox.run(script, url, {"STUB_PULL_FAIL": "1"})
-    assert result.returncode != 0
-    assert len(_commands(sandbox.calls(), "docker pull")) == 3
-    assert attributes.phases()[-1] == boot_protocol.PHASE_FAILED
-    assert attributes.values[f"{NS}/{boot_protocol.KEY_DETAIL}"].startswith("bake-pull failed")
+@pytest.mark.slow
+def test_a_server_booted_from_the_baked_disk_skips_the_docker_work(make_sandbox: Any, script: str) -> None:
+    """The point of the image: the boot script's own checks find docker, runtime and image present."""
+    baked = _use_bake_stubs(make_sandbox())
+    assert _bake(baked, script).rc == 0
+    ready = baked.boot_until_ready()
+    server_boots = baked.boots[1:]
+    for boot in server_boots:
+        assert not any(_is_install_of(a, "docker.io") for a in boot.commands("apt-get"))
+        assert boot.commands("nvidia-ctk") == []
+        assert not [a for a in boot.commands("docker") if a[:1] == ["pull"]]
+    assert any("already present" in d for d in ready.details("prepare"))
+    assert ready.phases[-1] == boot_protocol.PHASE_READY
+
+    # The same boots on a stock VM do install and pull: the checks above can fail.
+    stock = make_sandbox()
+    stock.boot_until_ready()
+    stock_calls = [c for boot in stock.boots for c in boot.calls]
+    assert any(c["cmd"] == "apt-get" and _is_install_of(c["argv"], "docker.io") for c in stock_calls)
+    assert any(c["cmd"] == "docker" and c["argv"][:1] == ["pull"] for c in stock_calls)
+
+
+def test_a_pull_that_keeps_failing_is_bounded_and_reported(make_sandbox: Any, script: str) -> None:
+    sandbox = _use_bake_stubs(make_sandbox())
+    (sandbox.host / "fail-pull").touch()
+    result = _bake(sandbox, script)
+    assert result.rc != 0
+    assert len([a for a in _argvs(result, "docker") if a[:1] == ["pull"]]) == 3
+    assert _ga_phases(result)[-1] == boot_protocol.PHASE_FAILED
+    assert _ga(result)[boot_protocol.KEY_DETAIL].startswith("bake-pull failed")
     # A failed bake never cleans up or claims readiness.
-    assert boot_protocol.PHASE_READY not in attributes.phases()
-    assert "bake-clean" not in attributes.phases()
+    assert boot_protocol.PHASE_READY not in result.phases
+    assert "bake-clean" not in result.phases
 
 
-def test_a_docker_daemon_that_never_answers_is_bounded_and_reported(
-    tmp_path: Path, script: str, metadata: tuple[str, GuestAttributes]
-) -> None:
-    url, attributes = metadata
-    sandbox = BakeSandbox(tmp_path)
-    result = sandbox.run(script, url, {"STUB_DOCKER_DEAD": "1"})
-    assert result.returncode != 0
-    info_polls = [c for c in sandbox.calls() if c == "docker info"]
-    assert len(info_polls) == 30
-    assert "docker did not answer after 30 polls" in result.stdout
-    assert attributes.values[f"{NS}/{boot_protocol.KEY_DETAIL}"].startswith("bake-docker failed")
-    assert attributes.phases()[-1] == boot_protocol.PHASE_FAILED
+def test_a_docker_daemon_that_never_answers_is_bounded_and_reported(make_sandbox: Any, script: str) -> None:
+    sandbox = _use_bake_stubs(make_sandbox())
+    (sandbox.host / "docker-dead").touch()
+    result = _bake(sandbox, script)
+    assert result.rc != 0
+    assert _argvs(result, "docker").count(["info"]) == 30
+    assert "docker did not answer after 30 polls" in result.log
+    assert _ga(result)[boot_protocol.KEY_DETAIL].startswith("bake-docker failed")
+    assert _ga_phases(result)[-1] == boot_protocol.PHASE_FAILED
 
 
 def test_reports_are_best_effort_when_the_metadata_server_is_unreachable(tmp_path: Path, script: str) -> None:
-    sandbox = BakeSandbox(tmp_path)
-    # A closed loopback port: curl fails at once; the bake itself must still finish.
-    result = sandbox.run(script, "http://127.0.0.1:9")
-    assert result.returncode == 0, result.stderr
-    assert "warning: could not report phase ready" in result.stdout
-    assert (sandbox.state / "images").read_text().split() == [IMAGE]
+    # A closed loopback port: every report fails at once; the bake itself must still finish.
+    unreachable = SimpleNamespace(url="http://127.0.0.1:9", writes=[], on_write=None)
+    sandbox = Sandbox(
+        root=tmp_path / "vm",
+        script=script,
+        metadata=unreachable,  # type: ignore[arg-type]
+        gcs_endpoint="http://127.0.0.1:9",
+        hf_endpoint="http://127.0.0.1:9",
+        secrets={},
+    )
+    _use_bake_stubs(sandbox)
+    result = sandbox.boot()
+    assert result.rc == 0, result.log
+    assert "warning: could not write guest attribute phase" in result.log
+    assert sandbox.host_state()["docker"]["images"] == [IMAGE]
 
 
 def test_rendering_is_deterministic_and_quoted(script: str) -> None:
