@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import MOCK_API_KEY, Deployment, deploy
+from program_mocks import MOCK_API_KEY, Deployment, deploy
 
 from infra import policy
 from infra.policy import PolicyContext, Resource

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 
 import pytest
-from conftest import PROJECT
+from program_mocks import PROJECT
 
 from infra.config import G2_MACHINE_TYPES, parse_config
 from infra.model_cache import model_object_name

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from conftest import GCP_PROJECT, MOCK_API_KEY, MOCK_IP, Deployment, deploy, secret_value, stack_config
+from program_mocks import GCP_PROJECT, MOCK_API_KEY, MOCK_IP, Deployment, deploy, secret_value, stack_config
 
 from infra.config import ConfigError, parse_config
 from infra.model_cache import model_object_name

@@ -7,7 +7,7 @@ from typing import Any, Literal, get_args, get_origin
 
 import pytest
 import yaml
-from conftest import PROJECT, ROOT, as_pulumi_config
+from program_mocks import PROJECT, ROOT, as_pulumi_config
 from pydantic.alias_generators import to_camel
 
 from infra.config import StackConfig, parse_config

@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 import pytest
-from conftest import PROJECT, as_pulumi_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from program_mocks import PROJECT, as_pulumi_config
 from pydantic.alias_generators import to_camel
 
 from infra.config import (

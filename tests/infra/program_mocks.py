@@ -1,0 +1,165 @@
+"""Run the real Pulumi program under Pulumi's mocks and record what it asks GCP for.
+
+GCP and the Pulumi engine are the boundary this machine cannot cross: the mocks stand in for
+the providers (echoing inputs, adding the computed fields the program reads) and answer no
+invokes; everything on our side of it (config, components, exports) runs for real.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from pulumi.runtime import config as runtime_config
+from pulumi.runtime import settings
+from pulumi.runtime.mocks import MockMonitor
+from pulumi.runtime.sync_await import _sync_await
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # `infra` is imported from the repo root, as `pulumi up` does
+    sys.path.insert(0, str(ROOT))
+
+from infra.policy import Resource  # noqa: E402
+
+PROJECT = "qwen36-mtp-l4"
+GCP_PROJECT = "acme-llm-test"
+STACKS = ("dev", "europe-west4", "asia-southeast1")
+# What the mocked pulumi-random hands out as the generated API key.
+MOCK_API_KEY = "k3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3y"
+MOCK_IP = "203.0.113.10"
+# How the mocks see an input that the program marked secret (pulumi.runtime.rpc's wire form).
+SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+
+
+def secret_value(value: Any) -> Any:
+    """The plain value of an input that arrived marked secret; fails if it was not marked."""
+    assert isinstance(value, dict) and value.get("4dabf18193072939515e22adb298388d") == SECRET_SIG, value
+    return value["value"]
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    """Echo each resource's inputs as its state, plus the computed fields GCP would fill in."""
+
+    def __init__(self) -> None:
+        self.resources: list[Resource] = []
+        self.calls: list[str] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        inputs = dict(args.inputs)
+        self.resources.append(Resource(args.typ, args.name, inputs))
+        state = dict(inputs)
+        computed: Mapping[str, Callable[[], dict[str, Any]]] = {
+            "gcp:compute/address:Address": lambda: {"address": MOCK_IP},
+            "gcp:serviceaccount/account:Account": lambda: {
+                "email": f"{inputs['accountId']}@{GCP_PROJECT}.iam.gserviceaccount.com"
+            },
+            "gcp:storage/bucket:Bucket": lambda: {
+                "name": inputs.get("name") or f"{args.name}-9f8e7d6",
+                "url": f"gs://{inputs.get('name') or args.name + '-9f8e7d6'}",
+            },
+            "random:index/randomPassword:RandomPassword": lambda: {"result": MOCK_API_KEY},
+            "gcp:secretmanager/secret:Secret": lambda: {
+                "name": f"projects/123456789012/secrets/{inputs['secretId']}"
+            },
+        }
+        state.update(computed.get(args.typ, dict)())
+        resource_id = state.get("name") or f"{args.name}-id"
+        return str(resource_id), state
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        self.calls.append(args.token)
+        return {}, None
+
+
+@dataclass(frozen=True)
+class Registration:
+    """The resource options the engine would see for one resource (the mocks' args lack them)."""
+
+    urn: str
+    parent: str
+    dependencies: tuple[str, ...]
+    retain_on_delete: bool
+    delete_before_replace: bool
+
+
+class RecordingMonitor(MockMonitor):
+    def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
+        super().__init__(mocks)
+        self.registrations: dict[str, Registration] = {}
+
+    def RegisterResource(self, request: Any) -> Any:
+        response = super().RegisterResource(request)
+        self.registrations[request.name] = Registration(
+            urn=response.urn,
+            parent=request.parent,
+            dependencies=tuple(request.dependencies),
+            retain_on_delete=bool(request.retainOnDelete),
+            delete_before_replace=bool(request.deleteBeforeReplace),
+        )
+        return response
+
+
+@dataclass
+class Deployment:
+    """What one run of ``__main__.py`` declared and exported."""
+
+    resources: list[Resource]
+    outputs: dict[str, Any]
+    secret_outputs: set[str]
+    registrations: dict[str, Registration] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
+
+    def of_type(self, token: str) -> list[Resource]:
+        return [r for r in self.resources if r.type == token]
+
+    def one(self, token: str) -> Resource:
+        found = self.of_type(token)
+        assert len(found) == 1, f"expected one {token}, got {[r.name for r in found]}"
+        return found[0]
+
+
+def stack_config(stack: str) -> dict[str, Any]:
+    """The config bag of Pulumi.<stack>.yaml, as the stack file writes it."""
+    document = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
+    return dict(document.get("config") or {})
+
+
+def as_pulumi_config(values: Mapping[str, Any]) -> dict[str, str]:
+    """The CLI hands the program every value as a string; non-strings as JSON."""
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+
+
+def deploy(
+    stack: str, overrides: Mapping[str, Any] | None = None, *, gcp_project: str | None = GCP_PROJECT
+) -> Deployment:
+    """Run ``__main__.py`` for a stack file's config plus ``overrides`` (short keys) under mocks."""
+    config = stack_config(stack)
+    config.update({f"{PROJECT}:{k}": v for k, v in (overrides or {}).items()})
+    if gcp_project is not None:
+        config["gcp:project"] = gcp_project
+    mocks = RecordingMocks()
+    monitor = RecordingMonitor(mocks)
+    settings.ROOT.set(None)  # a fresh stack resource, so one run's exports never leak into the next
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+    runtime_config.set_all_config(as_pulumi_config(config), [])
+    outputs: dict[str, Any] = {}
+    secret: set[str] = set()
+
+    @pulumi.runtime.test
+    def program() -> pulumi.Output[Any]:
+        runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
+        root = settings.get_root_resource()
+        assert root is not None
+        exported = {k: pulumi.Output.from_input(v) for k, v in root.outputs.items()}  # type: ignore[attr-defined]
+        secret.update(k for k, o in exported.items() if _sync_await(o.is_secret()))
+        return pulumi.Output.all(**exported).apply(outputs.update)
+
+    program()
+    return Deployment(mocks.resources, outputs, secret, monitor.registrations, mocks.calls)
