@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 
 import pytest
-from program_mocks import PROJECT
+from program_mocks import PROJECT, ROOT
 
 from infra.config import G2_MACHINE_TYPES, parse_config
 from infra.model_cache import model_object_name
-from infra.outputs import PLAIN_OUTPUT_KEYS, Place, commands, plain_outputs
+from infra.outputs import CONTAINER_NAME, PLAIN_OUTPUT_KEYS, Place, commands, plain_outputs
 from infra.pricing import SEED_USD_PER_HOUR, estimate_hourly_cost
 
 
@@ -58,3 +59,11 @@ def test_plain_outputs_keys_are_the_exported_keys() -> None:
 def test_model_object_name_keeps_the_repo_path() -> None:
     cfg = cfg_for(modelRepo="acme/Tiny-GGUF", modelFile="sub/tiny.gguf")
     assert model_object_name(cfg) == "models/acme/Tiny-GGUF/sub/tiny.gguf"
+
+
+def test_container_logs_command_names_the_boot_scripts_container() -> None:
+    boot = (ROOT / "startup" / "boot.sh").read_text()
+    names = re.findall(r"^CONTAINER_NAME=(\S+)$", boot, flags=re.MULTILINE)
+    assert names == [CONTAINER_NAME]
+    place = Place(project="p", instance="i", zone="us-central1-a", static_ip="203.0.113.10")
+    assert f"docker logs -f {CONTAINER_NAME}" in commands(place)["logsContainer"]
