@@ -57,7 +57,11 @@ def probe_model_cache(
         return _unknown(f"google-cloud-storage is not installed ({exc.name})")
     try:
         client = client or storage.Client()
-        blob = client.bucket(bucket).get_blob(object_name, timeout=PROBE_TIMEOUT_S, retry=None)
+        handle = client.bucket(bucket)
+        blob = handle.get_blob(object_name, timeout=PROBE_TIMEOUT_S, retry=None)
+        # GCS answers 404 for a missing bucket too; on a first deploy the bucket does not exist yet.
+        if blob is None and not handle.exists(timeout=PROBE_TIMEOUT_S, retry=None):
+            raise exceptions.NotFound(f"bucket {bucket}")
     except auth_exceptions.DefaultCredentialsError:
         return _unknown("no Google credentials to look in the bucket with")
     except exceptions.NotFound:
