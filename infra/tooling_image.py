@@ -14,12 +14,19 @@ The pipeline, in dependency order (each step waits for the one before):
 3. ``<name>-stop``: the builder stopped, so its disk is consistent;
 4. ``<name>-image``: the image from the builder's boot disk, retained when the stack forgets it;
 5. ``<name>-delete-builder``: the builder deleted once the image exists.
+
+The builder is made and deleted by gcloud inside local commands rather than declared as a
+``gcp.compute.Instance``: a VM that the program declares but that step 5 deletes would drift,
+and after a ``pulumi refresh`` the next ``up`` would quietly re-create it, a billed VM that no
+later step deletes. A failed bake deletes its builder too (no spend while the user looks into
+it); since Pulumi retries only the failed step, step 2 re-creates a missing builder first.
 """
 
 from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -63,9 +70,10 @@ def tooling_family(build: int) -> str:
 def tooling_image_name(cfg: StackConfig) -> str:
     """Unique per build and bake-script content (and base image), prefixed by the family name.
 
-    The prefix matters: the GCP provider suppresses the diff between an image and a family
-    reference when the image's name contains the family's, so a rebuilt image in the family does
-    not force a running server VM to be replaced.
+    The prefix matters: the provider (terraform-provider-google's DiskImageDiffSuppress, which
+    pulumi-gcp wraps) treats a family reference and an image whose name contains the family's
+    name as equal, so a newer image in the family does not force a running server VM to be
+    replaced; it is used the next time the VM is created.
     """
     return f"{tooling_family(cfg.llama_cpp_build)}-{_bake_hash(cfg)}"
 
@@ -188,6 +196,8 @@ class ToolingImageArgs:
     cfg: StackConfig
     project: pulumi.Input[str]
     """The GCP project that holds the builder and the image family."""
+    depends_on: Sequence[pulumi.Resource] = ()
+    """What must exist before the builder (the Compute API enabled)."""
 
 
 class ToolingImage(pulumi.ComponentResource):
@@ -213,7 +223,9 @@ class ToolingImage(pulumi.ComponentResource):
             delete=builder.apply(lambda b: b.delete()),
             environment={BAKE_SCRIPT_ENV: script},
             # A replacement has the same name only if nothing changed; never two at once.
-            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+            opts=pulumi.ResourceOptions(
+                parent=self, delete_before_replace=True, depends_on=list(args.depends_on)
+            ),
         )
         self.bake_wait = local.Command(
             f"{name}-bake-wait",

@@ -335,3 +335,20 @@ def test_family_names_are_valid_gce_names(build: int) -> None:
     cfg = StackConfig(llama_cpp_build=build)
     for name in (tooling_family(build), tooling_image_name(cfg), builder_name(cfg)):
         assert re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", name), name
+
+
+def test_the_builder_waits_for_what_it_is_given() -> None:
+    """The Compute API must be on before gcloud creates the builder (ToolingImageArgs.depends_on)."""
+    import pulumi_gcp as gcp
+
+    mocked = set_up()
+    cfg = StackConfig(build_tooling_image=True)
+
+    def build() -> pulumi.Output[Any]:
+        api = gcp.projects.Service("compute-api", service="compute.googleapis.com", project=GCP_PROJECT)
+        tooling = ToolingImage("tooling", ToolingImageArgs(cfg=cfg, project=GCP_PROJECT, depends_on=[api]))
+        return tooling.family_url
+
+    mocked.run(build)
+    regs = mocked.monitor.registrations
+    assert regs["compute-api"].urn in regs["tooling-builder"].dependencies
