@@ -73,8 +73,8 @@ def access_note(cfg: StackConfig, place: Place) -> str:
         )
     return (
         f"No source range is open (sourceRanges is empty), so the server is reachable only through "
-        f"Identity-Aware Proxy. Run `{tunnel}` and keep it open; the URLs above then work on "
-        f"http://{LOCAL_TUNNEL_HOST}:{PORT}. Needs roles/iap.tunnelResourceAccessor."
+        f"Identity-Aware Proxy. Run `{tunnel}` and keep it open; webUiUrl, apiBaseUrl and metricsUrl "
+        f"then work on http://{LOCAL_TUNNEL_HOST}:{PORT}. The tunnel needs roles/iap.tunnelResourceAccessor."
     )
 
 

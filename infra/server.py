@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_gcp as gcp
 
+from infra.boot_script import render_boot_script
 from infra.config import StackConfig
 from infra.network import DEFAULT_NETWORK
 
@@ -16,14 +17,6 @@ from infra.network import DEFAULT_NETWORK
 # service account's roles doing the limiting. https://cloud.google.com/compute/docs/access/service-accounts#scopes_best_practice
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 NETWORK_TIER = "PREMIUM"
-
-# Shown until the boot-script renderer (infra/boot_script.py) is present: the VM comes up and
-# says so on the serial console instead of serving.
-PLACEHOLDER_SCRIPT = """#!/bin/bash
-echo "qwen36-mtp-l4: boot script not installed in this build of the program; nothing to start"
-"""
-
-Renderer = Callable[..., str]
 
 
 def stock_image(cfg: StackConfig) -> str:
@@ -62,14 +55,6 @@ def instance_metadata() -> dict[str, str]:
         # The boot script reports its phases here; the deployer reads them through the Compute API.
         "enable-guest-attributes": "TRUE",
     }
-
-
-def boot_script_renderer() -> Renderer | None:
-    try:
-        from infra.boot_script import render_boot_script  # type: ignore[import-not-found,unused-ignore]
-    except ModuleNotFoundError:
-        return None
-    return render_boot_script  # type: ignore[no-any-return,unused-ignore]
 
 
 def sha256_hex(text: str) -> str:
@@ -180,10 +165,7 @@ class Server(pulumi.ComponentResource):
 
     @staticmethod
     def _render_script(cfg: StackConfig, args: ServerArgs) -> pulumi.Output[str]:
-        render = boot_script_renderer()
         inputs = pulumi.Output.all(
             bucket=args.bucket, api_key_secret=args.api_key_secret, project=args.project
         )
-        if render is None:
-            return inputs.apply(lambda _: PLACEHOLDER_SCRIPT)
-        return inputs.apply(lambda a: render(cfg, **a))
+        return inputs.apply(lambda a: render_boot_script(cfg, **a))

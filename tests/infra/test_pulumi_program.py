@@ -7,6 +7,7 @@ import hashlib
 import pytest
 from program_mocks import GCP_PROJECT, MOCK_API_KEY, MOCK_IP, Deployment, deploy, secret_value, stack_config
 
+from infra.boot_script import render_boot_script
 from infra.config import ConfigError, parse_config
 from infra.model_cache import model_object_name
 
@@ -213,10 +214,6 @@ def test_standard_provisioning_restarts_but_still_terminates_for_maintenance() -
 def test_startup_script_is_rendered_for_the_real_bucket_and_secret(deployed: Deployment, stack: str) -> None:
     script = deployed.one(INSTANCE).inputs["metadataStartupScript"]
     assert deployed.outputs["startupScriptSha256"] == hashlib.sha256(script.encode()).hexdigest()
-    try:
-        from infra.boot_script import render_boot_script
-    except ModuleNotFoundError:
-        pytest.skip("infra/boot_script.py not present: the placeholder script is used")
     cfg = parse_config(stack_config(stack))
     expected = render_boot_script(
         cfg,
@@ -310,10 +307,6 @@ def test_every_cloud_resource_waits_for_the_apis(deployed: Deployment) -> None:
 
 def test_startup_script_without_api_key_has_no_secret_to_fetch() -> None:
     d = deploy("dev", {"apiKey": False})
-    try:
-        from infra.boot_script import render_boot_script
-    except ModuleNotFoundError:
-        pytest.skip("infra/boot_script.py not present: the placeholder script is used")
     cfg = parse_config({**stack_config("dev"), NO_KEY: False})
     script = d.one(INSTANCE).inputs["metadataStartupScript"]
     assert script == render_boot_script(
