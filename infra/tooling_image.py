@@ -308,8 +308,13 @@ def find_tooling_image(cfg: StackConfig, project: str | None = None) -> pulumi.O
                 f"could not look up the tooling image family {family} ({reason}): {_stock_summary(cfg)}"
             )
         return None
+    if not found.name:  # an answer without an image is no image
+        pulumi.log.info(f"no tooling image in family {family}: {_stock_summary(cfg)}")
+        return None
     pulumi.log.info(f"tooling image {found.name} (family {family}): {_tooling_summary(family)}")
-    return pulumi.Output.from_input(family_url(found.project, family))
+    owner = found.project or project
+    # Without a project the provider resolves the relative form in its own project.
+    return pulumi.Output.from_input(family_url(owner, family) if owner else f"global/images/family/{family}")
 
 
 def choose_server_image(

@@ -11,12 +11,31 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import grpc
 import pulumi
 from pulumi.runtime import settings
 from pulumi.runtime.mocks import MockMonitor
 
 PROJECT = "qwen36-mtp-l4"
 GCP_PROJECT = "acme-llm-test"
+
+
+class ProviderError(grpc.RpcError):
+    """How the engine hands a provider's invoke error back (a gRPC status, here UNKNOWN).
+
+    The SDK raises such an error to the caller as a plain ``Exception``; any other exception
+    from the monitor counts as an SDK crash and fails the whole program at its end.
+    """
+
+    def __init__(self, details: str) -> None:
+        super().__init__(details)
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNKNOWN
+
+    def details(self) -> str:
+        return self._details
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from infra.tooling_image import (
     stock_image_url,
     tooling_family,
 )
-from tests.image.pulumi_mocks import GCP_PROJECT, Mocked, Registration, set_up
+from tests.image.pulumi_mocks import GCP_PROJECT, Mocked, ProviderError, Registration, set_up
 
 PIPELINE = ("tooling-builder", "tooling-bake-wait", "tooling-stop", "tooling-image", "tooling-delete-builder")
 COMMAND = "command:local:Command"
@@ -254,8 +254,8 @@ def _image_found(args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
 
 def _image_missing(args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
     family = args.args["family"]
-    raise Exception(
-        f"invoke of {args.token} failed: googleapi: Error 404: The resource "
+    raise ProviderError(
+        f"googleapi: Error 404: The resource "
         f"'projects/{GCP_PROJECT}/global/images/family/{family}' was not found, notFound"
     )
 
@@ -273,22 +273,29 @@ def test_lookup_finds_the_builds_family() -> None:
 def test_a_missing_family_falls_back_to_the_stock_image() -> None:
     mocked = set_up(_image_missing)
     cfg = StackConfig()
-    assert find_tooling_image(cfg) is None
-    choice = choose_server_image(cfg)
+    # A whole program run: the caught invoke error must not fail the deployment at its end.
+    choice = mocked.run(lambda: pulumi.Output.from_input(choose_server_image(cfg, GCP_PROJECT)))
     assert choice.source == "stock"
     assert choice.image == stock_image_url(cfg)
     assert "~3.5 min" in choice.summary and "buildToolingImage" in choice.summary
+    [call] = mocked.mocks.calls
+    assert call.args["family"] == "qwen36-mtp-l4-tooling-b11434" and call.args["project"] == GCP_PROJECT
     infos = [m for level, m in mocked.logs.records if level == "INFO"]
     assert any("no tooling image in family qwen36-mtp-l4-tooling-b11434" in m for m in infos)
     assert not [m for level, m in mocked.logs.records if level in ("WARNING", "ERROR")]
 
 
+def test_an_empty_answer_is_no_image() -> None:
+    mocked = set_up(lambda args: {})
+    assert mocked.run(lambda: pulumi.Output.from_input(find_tooling_image(StackConfig()))) is None
+
+
 def test_a_lookup_that_errors_otherwise_warns_and_falls_back() -> None:
     def denied(args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
-        raise Exception("googleapi: Error 403: Required 'compute.images.getFromFamily' permission")
+        raise ProviderError("googleapi: Error 403: Required 'compute.images.getFromFamily' permission")
 
     mocked = set_up(denied)
-    assert find_tooling_image(StackConfig()) is None
+    assert mocked.run(lambda: pulumi.Output.from_input(find_tooling_image(StackConfig()))) is None
     warnings = [m for level, m in mocked.logs.records if level == "WARNING"]
     assert warnings and "403" in warnings[0] and "stock image" in warnings[0]
 
