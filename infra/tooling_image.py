@@ -38,6 +38,7 @@ from infra.bake_script import bake_script_hash, render_bake_script
 from infra.config import BOOT_DISK_BASE_GB, DISK_HEADROOM_GB, PROJECT, SERVER_IMAGE_GB, StackConfig
 from infra.health_gate import REPO_ROOT, wait_command
 from infra.llama_cpp import server_image
+from infra.network import DEFAULT_NETWORK
 
 # The bake needs no GPU: the NVIDIA driver and container toolkit come with the base image, and
 # `nvidia-ctk runtime configure` only edits docker's daemon.json. So the builder is a small
@@ -104,6 +105,7 @@ class Builder:
     name: str
     project: str
     zone: str
+    network: str = DEFAULT_NETWORK
 
     def _gcloud(self, verb: str, *extra: str) -> str:
         argv = [
@@ -130,6 +132,9 @@ class Builder:
             f"--image-family={cfg.image_family}",
             f"--boot-disk-size={BUILDER_DISK_GB}GB",
             f"--boot-disk-type={BUILDER_DISK_TYPE}",
+            # The server's network; the ephemeral external IP reaches apt and ghcr.io. No
+            # ingress is needed: the bake reports through guest attributes.
+            f"--network={self.network}",
             # The bake calls no Google API (guest attributes go through the metadata server).
             "--no-service-account",
             "--no-scopes",
@@ -198,6 +203,7 @@ class ToolingImageArgs:
     """The GCP project that holds the builder and the image family."""
     depends_on: Sequence[pulumi.Resource] = ()
     """What must exist before the builder (the Compute API enabled)."""
+    network: str = DEFAULT_NETWORK
 
 
 class ToolingImage(pulumi.ComponentResource):
@@ -214,7 +220,7 @@ class ToolingImage(pulumi.ComponentResource):
         self.family = tooling_family(cfg.llama_cpp_build)
         script = render_bake_script(cfg)
         builder = pulumi.Output.from_input(args.project).apply(
-            lambda project: Builder(builder_name(cfg), project, cfg.zone)
+            lambda project: Builder(builder_name(cfg), project, cfg.zone, args.network)
         )
 
         self.builder = local.Command(

@@ -121,6 +121,7 @@ def test_builder_is_a_small_vm_from_the_server_base_image_with_the_bake_script()
     # Every valid server disk can hold the image (GCE refuses a disk smaller than its image).
     assert cfg.min_boot_disk_gb >= BUILDER_DISK_GB
     assert "--no-service-account" in argv and "--no-scopes" in argv
+    assert "--network=default" in argv
     assert any(a.startswith("--metadata=") and "enable-guest-attributes=TRUE" in a for a in argv)
     assert not any("accelerator" in a for a in argv)
     assert builder["environment"][BAKE_SCRIPT_ENV] == render_bake_script(cfg)
