@@ -25,7 +25,10 @@ network = NetworkAccess(
         project=project, network_tag=network_tag, source_ranges=cfg.source_ranges, depends_on=[apis]
     ),
 )
-cache = ModelCache("model-cache", ModelCacheArgs(cfg=cfg, project=project, labels=labels, depends_on=[apis]))
+cache = ModelCache(
+    "model-cache",
+    ModelCacheArgs(cfg=cfg, project=project, deployment=name, labels=labels, depends_on=[apis]),
+)
 identity = Identity(
     "identity",
     IdentityArgs(

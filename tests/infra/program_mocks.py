@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import runpy
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,9 +47,11 @@ def secret_value(value: Any) -> Any:
 class RecordingMocks(pulumi.runtime.Mocks):
     """Echo each resource's inputs as its state, plus the computed fields GCP would fill in."""
 
-    def __init__(self) -> None:
+    def __init__(self, existing_buckets: Sequence[str] = (), *, fail_invokes: bool = False) -> None:
         self.resources: list[Resource] = []
         self.calls: list[str] = []
+        self.existing_buckets = list(existing_buckets)
+        self.fail_invokes = fail_invokes
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         inputs = dict(args.inputs)
@@ -73,9 +75,19 @@ class RecordingMocks(pulumi.runtime.Mocks):
         resource_id = state.get("name") or f"{args.name}-id"
         return str(resource_id), state
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
         self.calls.append(args.token)
-        return {}, None
+        if self.fail_invokes:
+            raise RuntimeError("PERMISSION_DENIED: storage.buckets.list")
+        if args.token == "gcp:storage/getBuckets:getBuckets":
+            prefix = args.args.get("prefix") or ""
+            listed = [
+                {"name": b, "labels": {}, "location": "US", "selfLink": "", "storageClass": "STANDARD"}
+                for b in self.existing_buckets
+                if b.startswith(prefix)
+            ]
+            return {"buckets": listed, "id": "buckets", "prefix": prefix, "project": args.args.get("project")}
+        return {}
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,7 @@ class Registration:
     dependencies: tuple[str, ...]
     retain_on_delete: bool
     delete_before_replace: bool
+    import_id: str
 
 
 class RecordingMonitor(MockMonitor):
@@ -102,6 +115,7 @@ class RecordingMonitor(MockMonitor):
             dependencies=tuple(request.dependencies),
             retain_on_delete=bool(request.retainOnDelete),
             delete_before_replace=bool(request.deleteBeforeReplace),
+            import_id=request.importId,
         )
         return response
 
@@ -137,14 +151,19 @@ def as_pulumi_config(values: Mapping[str, Any]) -> dict[str, str]:
 
 
 def deploy(
-    stack: str, overrides: Mapping[str, Any] | None = None, *, gcp_project: str | None = GCP_PROJECT
+    stack: str,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    gcp_project: str | None = GCP_PROJECT,
+    existing_buckets: Sequence[str] = (),
+    fail_invokes: bool = False,
 ) -> Deployment:
     """Run ``__main__.py`` for a stack file's config plus ``overrides`` (short keys) under mocks."""
     config = stack_config(stack)
     config.update({f"{PROJECT}:{k}": v for k, v in (overrides or {}).items()})
     if gcp_project is not None:
         config["gcp:project"] = gcp_project
-    mocks = RecordingMocks()
+    mocks = RecordingMocks(existing_buckets, fail_invokes=fail_invokes)
     monitor = RecordingMonitor(mocks)
     settings.ROOT.set(None)  # a fresh stack resource, so one run's exports never leak into the next
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)

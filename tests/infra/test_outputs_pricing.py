@@ -9,7 +9,7 @@ import pytest
 from program_mocks import PROJECT, ROOT
 
 from infra.config import G2_MACHINE_TYPES, parse_config
-from infra.model_cache import model_object_name
+from infra.model_cache import MAX_BUCKET_NAME, model_bucket_name, model_object_name
 from infra.outputs import CONTAINER_NAME, PLAIN_OUTPUT_KEYS, Place, commands, plain_outputs
 from infra.pricing import SEED_USD_PER_HOUR, estimate_hourly_cost
 
@@ -67,3 +67,15 @@ def test_container_logs_command_names_the_boot_scripts_container() -> None:
     assert names == [CONTAINER_NAME]
     place = Place(project="p", instance="i", zone="us-central1-a", static_ip="203.0.113.10")
     assert f"docker logs -f {CONTAINER_NAME}" in commands(place)["logsContainer"]
+
+
+def test_bucket_name_for_ordinary_and_awkward_projects() -> None:
+    assert model_bucket_name("acme-llm", "qwen36-dev", "us-central1") == "acme-llm-qwen36-dev-us-central1"
+    assert model_bucket_name("example.com:llm", "qwen36-dev", "us-central1") == (
+        "example-com-llm-qwen36-dev-us-central1"
+    )
+    long_a = model_bucket_name("a" * 30, "qwen36-" + "x" * 23, "northamerica-northeast1")
+    long_b = model_bucket_name("a" * 30, "qwen36-" + "x" * 22 + "y", "northamerica-northeast1")
+    for name in (long_a, long_b):
+        assert len(name) <= MAX_BUCKET_NAME and re.fullmatch(r"[a-z0-9][a-z0-9-]*[a-z0-9]", name)
+    assert long_a != long_b

@@ -9,7 +9,7 @@ from program_mocks import GCP_PROJECT, MOCK_API_KEY, MOCK_IP, Deployment, deploy
 
 from infra.boot_script import render_boot_script
 from infra.config import ConfigError, parse_config
-from infra.model_cache import model_object_name
+from infra.model_cache import model_bucket_name, model_object_name
 
 INSTANCE = "gcp:compute/instance:Instance"
 FIREWALL = "gcp:compute/firewall:Firewall"
@@ -95,11 +95,30 @@ def test_model_bucket_is_private_regional_and_kept(deployed: Deployment, stack: 
     assert deployed.registrations[bucket.name].retain_on_delete is True
 
 
+def test_model_bucket_kept_by_an_earlier_deployment_is_adopted(stack: str) -> None:
+    cfg = parse_config(stack_config(stack))
+    bucket = model_bucket_name(GCP_PROJECT, f"qwen36-{stack}", cfg.region)
+    d = deploy(stack, existing_buckets=[f"{bucket}-other", bucket])
+    assert d.registrations["model-cache-bucket"].import_id == bucket
+    assert d.one(BUCKET).inputs["name"] == bucket
+    fresh = deploy(stack, existing_buckets=[f"{bucket}-other"])
+    assert fresh.registrations["model-cache-bucket"].import_id == ""
+
+
+def test_bucket_listing_failure_stops_the_deploy() -> None:
+    with pytest.raises(Exception, match="PERMISSION_DENIED"):
+        deploy("dev", fail_invokes=True)
+
+
 def test_model_bucket_opt_out_is_destroyed_with_contents() -> None:
-    d = deploy("dev", {"keepModelBucket": False})
+    cfg = parse_config(stack_config("dev"))
+    existing = model_bucket_name(GCP_PROJECT, "qwen36-dev", cfg.region)
+    d = deploy("dev", {"keepModelBucket": False}, existing_buckets=[existing])
     bucket = d.one(BUCKET)
     assert bucket.inputs["forceDestroy"] is True
     assert d.registrations[bucket.name].retain_on_delete is False
+    # Not adopted: its inputs (forceDestroy) would not match the kept bucket's.
+    assert d.registrations[bucket.name].import_id == ""
 
 
 def test_identity_is_dedicated_and_least_privilege(deployed: Deployment) -> None:
@@ -240,7 +259,7 @@ def test_exports_private_by_default(deployed: Deployment, stack: str) -> None:
     assert out["apiBaseUrl"] == "http://localhost:8080/v1"
     assert out["metricsUrl"] == "http://localhost:8080/metrics"
     assert out["modelGcsUri"] == f"gs://{out['modelBucket']}/{model_object_name(cfg)}"
-    assert out["modelBucket"].startswith("model-cache-bucket")
+    assert out["modelBucket"] == model_bucket_name(GCP_PROJECT, name, cfg.region)
     where = f"--zone={cfg.zone} --project={GCP_PROJECT}"
     tunnel = f"gcloud compute start-iap-tunnel {name} 8080 --local-host-port=localhost:8080 {where}"
     assert out["iapTunnel"] == tunnel
