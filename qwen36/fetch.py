@@ -590,7 +590,7 @@ def _fetch_slice(source: Source, fd: int, piece: Slice, stop: threading.Event) -
         try:
             reply = request("GET", url, headers)
             try:
-                _check_range_reply(source, reply, offset, sent_validator)
+                _check_range_reply(source, reply, offset, piece.end, sent_validator)
                 while piece.remaining > 0 and not stop.is_set():
                     # read1: whatever has arrived (up to a block), so progress never waits for a full block.
                     block = reply.response.read1(min(READ_BLOCK, piece.remaining))
@@ -621,7 +621,9 @@ class _ExpiredUrlError(FetchError):
     pass
 
 
-def _check_range_reply(source: Source, reply: Reply, offset: int, sent_validator: str) -> None:
+def _check_range_reply(
+    source: Source, reply: Reply, offset: int, piece_end: int, sent_validator: str
+) -> None:
     if reply.status == 206:
         content_range = reply.header("Content-Range")
         if not content_range.startswith(f"bytes {offset}-"):
@@ -635,6 +637,8 @@ def _check_range_reply(source: Source, reply: Reply, offset: int, sent_validator
     if reply.status == 200:
         if sent_validator:
             raise SourceChangedError(f"{source.label}: the file changed since the partial download began")
+        if offset == 0 and reply.header("Content-Length") == str(piece_end):
+            return  # A server without ranges sent the whole file, which is all this range wanted.
         raise FetchError(f"{source.label}: the server ignored the Range header (HTTP 200)")
     if reply.status in (401, 403) and source.refresh is not None:
         reply.close()
@@ -1017,6 +1021,7 @@ def _send_chunks(
     gcs: Gcs, session: str, src: str, size: int, offset: int, callback: ProgressCallback | None
 ) -> None:
     attempts = 0
+    last_log = time.monotonic()
     with Path(src).open("rb") as handle:
         while offset < size:
             handle.seek(offset)
@@ -1024,17 +1029,10 @@ def _send_chunks(
             end = offset + len(chunk)
             headers = {**gcs.auth.headers(), "Content-Range": f"bytes {offset}-{end - 1}/{size}"}
             try:
-                reply = request("PUT", session, headers, chunk)
-                status = reply.status
-                if status in (200, 201):
-                    reply.close()
-                    offset = size
-                elif status == 308:
-                    offset = _range_end(reply.header("Range"))
-                    reply.close()
-                else:
-                    raise_for_status(reply, "upload a chunk")
-                    raise TransientError(f"upload a chunk: unexpected HTTP {status}")
+                committed = _put_chunk(session, headers, chunk, size)
+                if committed <= offset:
+                    raise TransientError(f"upload a chunk: GCS still holds only {committed} bytes")
+                offset = committed
                 attempts = 0
             except TransientError as exc:
                 attempts += 1
@@ -1049,6 +1047,23 @@ def _send_chunks(
                 offset = recovered
             if callback:
                 callback(offset, size)
+            elif time.monotonic() - last_log >= LOG_INTERVAL_S:
+                last_log = time.monotonic()
+                print(f"fetch: uploaded {offset / 1e9:.1f}/{size / 1e9:.1f} GB", file=sys.stderr, flush=True)
+
+
+def _put_chunk(session: str, headers: dict[str, str], chunk: bytes, size: int) -> int:
+    """Send one chunk; returns how many bytes GCS holds afterwards (``size`` once finalized)."""
+    reply = request("PUT", session, headers, chunk)
+    if reply.status in (200, 201):
+        reply.close()
+        return size
+    if reply.status == 308:
+        committed = _range_end(reply.header("Range"))
+        reply.close()
+        return committed
+    raise_for_status(reply, "upload a chunk")
+    raise TransientError(f"upload a chunk: unexpected HTTP {reply.status}")
 
 
 # ------------------------------------------------------------------------------------------- CLI

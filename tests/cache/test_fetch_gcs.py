@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from qwen36 import fetch
-from tests.cache.conftest import FETCH_PY, Blob, Gcs, Recorder, run_fetch
+from tests.cache.conftest import FETCH_PY, Blob, Gcs, Recorder, run_fetch, start_fetch
 from tests.cache.proxy import CountingProxy
 
 MODEL_OBJECT = "models/unsloth/repo/model.gguf"
+STALL_WAIT_S = 60.0
 
 
 def _leftovers(dest: Path) -> list[str]:
@@ -317,3 +318,33 @@ def test_fetch_py_runs_on_python_3_10(small_file: Blob) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_interrupted_vm_upload_resumes(gcs: Gcs, proxy: CountingProxy, big_file: Blob) -> None:
+    """Self-staging from the VM: a killed upload continues from what GCS holds on the next boot."""
+    args = ("upload", "--bucket", gcs.bucket.name, "--object", MODEL_OBJECT, "--src", str(big_file.path))
+    proxy.reset_count()
+    proxy.stall_after(big_file.size // 2)
+    first = start_fetch(*args, "--sha256", big_file.sha256)
+    try:
+        assert proxy.stalled.wait(STALL_WAIT_S), "the upload never reached the stall point"
+        first.kill()
+        first.communicate(timeout=STALL_WAIT_S)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+    proxy.drop()
+    assert gcs.bucket.get_blob(MODEL_OBJECT) is None
+    proxy.reset_count()
+
+    done = run_fetch(*args, "--sha256", big_file.sha256)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith(": resumed")
+    assert proxy.sent_upstream < big_file.size * 0.6, "only the part GCS lacks is sent again"
+    blob = gcs.bucket.get_blob(MODEL_OBJECT)
+    assert blob is not None
+    assert blob.size == big_file.size
+    assert blob.metadata == {"sha256": big_file.sha256, "size": str(big_file.size)}
+    assert not Path(str(big_file.path) + ".upload.json").exists()
