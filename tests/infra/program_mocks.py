@@ -1,8 +1,9 @@
 """Run the real Pulumi program under Pulumi's mocks and record what it asks GCP for.
 
 GCP and the Pulumi engine are the boundary this machine cannot cross: the mocks stand in for
-the providers (echoing inputs, adding the computed fields the program reads) and answer no
-invokes; everything on our side of it (config, components, exports) runs for real.
+the providers (echoing inputs, adding the computed fields the program reads) and answer the
+one invoke (the bucket listing); everything on our side of it (config, components, exports)
+runs for real.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import pulumi
 import yaml
 from pulumi.runtime import config as runtime_config
-from pulumi.runtime import settings
+from pulumi.runtime import rpc, settings
 from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.sync_await import _sync_await
 
@@ -34,13 +35,12 @@ STACKS = ("dev", "europe-west4", "asia-southeast1")
 # What the mocked pulumi-random hands out as the generated API key.
 MOCK_API_KEY = "k3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3y"
 MOCK_IP = "203.0.113.10"
-# How the mocks see an input that the program marked secret (pulumi.runtime.rpc's wire form).
-SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 
 
 def secret_value(value: Any) -> Any:
     """The plain value of an input that arrived marked secret; fails if it was not marked."""
-    assert isinstance(value, dict) and value.get("4dabf18193072939515e22adb298388d") == SECRET_SIG, value
+    # pulumi.runtime.rpc's wire form of a secret, which is how the mocks receive it.
+    assert isinstance(value, dict) and value.get(rpc._special_sig_key) == rpc._special_secret_sig, value
     return value["value"]
 
 
