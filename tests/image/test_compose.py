@@ -147,3 +147,35 @@ def test_hadolint_rejects_a_bad_dockerfile(tmp_path: Path) -> None:
     )
     assert result.returncode != 0
     assert "DL3006" in result.stdout  # untagged image
+
+
+def _check_jsonschema() -> str:
+    found = Path(sys.executable).parent / "check-jsonschema"
+    if not found.exists():
+        pytest.fail("check-jsonschema not installed: pip install -r requirements-dev.txt (check-jsonschema)")
+    return str(found)
+
+
+def _compose_spec_check(path: Path) -> subprocess.CompletedProcess[str]:
+    """The official Compose Specification schema, as vendored by check-jsonschema (no network)."""
+    return subprocess.run(
+        [_check_jsonschema(), "--builtin-schema", "vendor.compose-spec", str(path)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+def test_compose_file_follows_the_compose_specification() -> None:
+    result = _compose_spec_check(ROOT / "docker-compose.yml")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_compose_specification_check_rejects_a_bad_file(tmp_path: Path) -> None:
+    """The schema check above can fail: here on a misspelled service key."""
+    document = compose.compose_document()
+    service = document["services"][compose.SERVICE]  # type: ignore[index]
+    service["restarts"] = service.pop("restart")
+    bad = tmp_path / "docker-compose.yml"
+    bad.write_text(yaml.safe_dump(document, sort_keys=False))
+    result = _compose_spec_check(bad)
+    assert result.returncode != 0
+    assert "restarts" in result.stdout + result.stderr
