@@ -1,0 +1,98 @@
+"""The sandbox's stand-in for the llama-server container: takes llama-server's arguments (paths
+already mapped to the host), records which model file it loaded (its sha256) and answers /health
+the way llama-server does: 503 "Loading model" during the load, then 200.
+
+Standard library only; started by the docker stub in a session of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+BIND_ATTEMPTS = 100
+BIND_RETRY_S = 0.05
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--ctx-size", type=int, required=True)
+    parser.add_argument("--api-key-file")
+    args, _ = parser.parse_known_args()
+    model = Path(args.model)
+    loaded_at = time.time()
+    sha = hashlib.sha256(model.read_bytes()).hexdigest() if model.is_file() else None
+    loads_log = Path(os.environ["QWEN36_SANDBOX_HOST"]) / "loads.jsonl"
+    entry = {
+        "event": "load",
+        "t": loaded_at,
+        "model": str(model),
+        "sha256": sha,
+        "ctx_size": args.ctx_size,
+        "api_key_file": bool(args.api_key_file and Path(args.api_key_file).is_file()),
+    }
+    with loads_log.open("a") as log:
+        log.write(json.dumps(entry) + "\n")
+    if sha is None:
+        print(f"llama_model_load: error loading model: failed to open {args.model}", flush=True)
+        return 1
+    delays = json.loads(os.environ.get("QWEN36_SANDBOX_DELAYS", "{}"))
+    ready_at = loaded_at + float(delays.get("load", 0))
+    print(f"main: loading model {args.model} (ctx {args.ctx_size})", flush=True)
+
+    served: list[bool] = []
+
+    def note_healthy() -> None:
+        # The first 200 is the moment this model file starts being served.
+        if not served:
+            served.append(True)
+            with loads_log.open("a") as log:
+                log.write(json.dumps({**entry, "t": time.time(), "event": "healthy"}) + "\n")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path not in ("/health", "/v1/health"):
+                self.send_error(404)
+                return
+            if time.time() < ready_at:
+                body = b'{"error":{"message":"Loading model","type":"unavailable_error","code":503}}'
+                self.send_response(503)
+            else:
+                body = b'{"status":"ok"}'
+                self.send_response(200)
+                note_healthy()
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    # The previous container process may still hold the port for a moment after its SIGTERM.
+    for _ in range(BIND_ATTEMPTS):
+        try:
+            server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+            break
+        except OSError:
+            time.sleep(BIND_RETRY_S)
+    else:
+        print(f"error: could not bind port {args.port}", flush=True)
+        return 1
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(f"main: server is listening on http://127.0.0.1:{args.port}", flush=True)
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,361 @@
+"""Run the real rendered boot script under bash, on a simulated VM in a temp dir.
+
+Only what this machine cannot be is a stub (``tests/boot/stubs.py`` on PATH): the GPU, apt, the
+kernel module, docker, gcloud, reboot, and the metadata server (``metadata_server.py``). Everything
+else is real: bash, coreutils, curl, sha256sum, the file system, the model fetch tool (qwen36/fetch.py,
+embedded in the script) against a real GCS emulator and the loopback hub (tests/cache/hf_server.py).
+
+PATH holds the stubs, the programs "installed" so far, and links to a fixed list of real tools, so
+nothing on this machine (its own docker client, apt-get, reboot) can be reached by accident.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.boot.metadata_server import MetadataServer, Write
+
+STUBS = ("nvidia-smi", "apt-get", "modprobe", "systemctl", "nvidia-ctk", "reboot", "gcloud", "docker")
+# Installed on a stock Deep Learning VM image before any boot; docker is not.
+PREINSTALLED = ("nvidia-smi", "apt-get", "modprobe", "systemctl", "nvidia-ctk", "reboot", "gcloud")
+REAL_TOOLS = (
+    "bash", "sh", "env", "cat", "date", "sleep", "awk", "curl", "grep", "head", "tail", "tr", "cut",
+    "stat", "mv", "rm", "mkdir", "install", "chmod", "cmp", "sync", "flock", "timeout", "sha256sum",
+    "sed", "ls", "id", "basename", "dirname", "touch", "cp", "true", "false", "wc",
+)  # fmt: skip
+STUB_PROGRAM = Path(__file__).resolve().parent / "stubs.py"
+BOOT_TIMEOUT_S = 90.0
+POLL_S = 0.02
+_REPORT = re.compile(r"^(\S+) qwen36: phase=(\S+) ?(.*)$")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def base_python() -> str:
+    """The interpreter behind this venv: the fetch tool and the stubs use the standard library only."""
+    return os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+
+
+@dataclass(frozen=True)
+class Report:
+    stamp: str
+    phase: str
+    detail: str
+
+
+@dataclass
+class BootResult:
+    number: int
+    rc: int | None
+    killed: bool
+    rebooted: bool
+    log: str
+    reports: list[Report]
+    writes: list[Write]
+    calls: list[dict[str, Any]]
+    started: float
+    ended: float
+
+    @property
+    def phases(self) -> list[str]:
+        return [r.phase for r in self.reports]
+
+    def details(self, phase: str) -> list[str]:
+        return [r.detail for r in self.reports if r.phase == phase]
+
+    def commands(self, cmd: str) -> list[list[str]]:
+        return [c["argv"] for c in self.calls if c["cmd"] == cmd]
+
+    def phase_writes(self) -> list[tuple[float, str]]:
+        return [(w.t, w.value) for w in self.writes if w.key == "phase"]
+
+    def ready_at(self) -> float | None:
+        return next((t for t, phase in self.phase_writes() if phase == "ready"), None)
+
+
+@dataclass
+class Sandbox:
+    """One simulated VM (its disk, GPU, docker) plus the loopback services it talks to."""
+
+    root: Path
+    script: str
+    metadata: MetadataServer
+    gcs_endpoint: str
+    hf_endpoint: str
+    secrets: dict[str, str]
+    bucket: str = ""
+    time_scale: float = 0.01
+    delays: dict[str, float] = field(default_factory=dict)
+    fetch_delays: dict[str, float] = field(default_factory=dict)
+    llama_server: Path | None = None
+    boots: list[BootResult] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.host = self.root / "host"
+        self.disk = self.root / "disk"
+        self.state_dir = self.disk / "var/lib/qwen36"
+        self.model_dir = self.state_dir / "models"
+        for directory in (
+            self.host / "stubs",
+            self.host / "installed",
+            self.host / "containers",
+            self.root / "sysbin",
+            self.root / "home",
+            self.disk,
+        ):
+            directory.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.script_path = self.root / "startup-script.sh"
+        self.script_path.write_text(self.script)
+        self._write_host()
+        self._link_tools()
+
+    # ---- the simulated machine
+
+    def _write_host(self) -> None:
+        host = {
+            "kernel": "5.19.0-1022-gcp",
+            "gpu": {
+                "uuid": "GPU-0001", "driver_version": "580.95.05", "driver_branch": "580",
+                "ecc_current": "Enabled", "ecc_pending": "Enabled", "ecc_locked": False,
+                "driver_loaded": True, "module_kernels": ["5.19.0-1022-gcp"],
+            },
+            "apt_available": ["docker.io", "nvidia-container-toolkit", "nvidia-dkms-580-server-open"],
+            "docker": {
+                "installed": False, "daemon_running": False, "nvidia_configured": False,
+                "runtimes": [], "images": [], "containers": {},
+            },
+            "secrets": self.secrets,
+            "reboot_requested": False,
+        }  # fmt: skip
+        (self.host / "host.json").write_text(json.dumps(host, indent=1))
+        (self.host / "calls.jsonl").touch()
+        (self.host / "loads.jsonl").touch()
+
+    def _link_tools(self) -> None:
+        python = base_python()
+        for name in STUBS:
+            wrapper = self.host / "stubs" / name
+            wrapper.write_text(f'#!/bin/sh\nexec {python} -S {STUB_PROGRAM} {name} "$@"\n')
+            wrapper.chmod(0o755)
+        for name in PREINSTALLED:
+            (self.host / "installed" / name).symlink_to(self.host / "stubs" / name)
+        for name in REAL_TOOLS:
+            found = shutil.which(name)
+            if found is None:
+                raise RuntimeError(f"the boot sandbox needs {name} on this machine")
+            (self.root / "sysbin" / name).symlink_to(found)
+        shim = self.root / "sysbin" / "python3"
+        if self.fetch_delays:
+            # Benchmark only: a fetch that succeeded takes as long as the measured transfer would.
+            lines = ["#!/bin/bash", f'{python} "$@"', "rc=$?"]
+            for source, seconds in sorted(self.fetch_delays.items()):
+                lines.append(
+                    f"if [[ $rc == 0 && $1 == */fetch.py && $2 == {source} ]]; then sleep {seconds}; fi"
+                )
+            lines.append("exit $rc")
+            shim.write_text("\n".join(lines) + "\n")
+            shim.chmod(0o755)
+        else:
+            shim.symlink_to(python)
+
+    def host_state(self) -> dict[str, Any]:
+        return json.loads((self.host / "host.json").read_text())
+
+    def edit_host(self, change: Callable[[dict[str, Any]], None]) -> None:
+        data = self.host_state()
+        change(data)
+        (self.host / "host.json").write_text(json.dumps(data, indent=1))
+
+    def new_host(self, uuid: str = "GPU-0002") -> None:
+        """A spot restart on another physical machine: the boot disk moves, the GPU is a new one."""
+
+        def change(host: dict[str, Any]) -> None:
+            host["gpu"].update(uuid=uuid, ecc_current="Enabled", ecc_pending="Enabled")
+
+        self.edit_host(change)
+
+    def bake_tooling_image(self, image: str = "ghcr.io/ggml-org/llama.cpp:server-cuda-b11434") -> None:
+        """The tooling image: docker with the nvidia runtime and the server image already on disk."""
+
+        def change(host: dict[str, Any]) -> None:
+            host["docker"].update(installed=True, nvidia_configured=True, images=[image])
+
+        self.edit_host(change)
+        (self.host / "installed" / "docker").symlink_to(self.host / "stubs" / "docker")
+
+    def kernel_upgrade(self, *, driver_package_available: bool = True) -> None:
+        """Unattended upgrades moved the kernel; the NVIDIA module was built for the old one."""
+
+        def change(host: dict[str, Any]) -> None:
+            host["kernel"] = "5.19.0-1030-gcp"
+            if not driver_package_available:
+                host["apt_available"] = [p for p in host["apt_available"] if not p.startswith("nvidia-dkms")]
+
+        self.edit_host(change)
+
+    # ---- running boots
+
+    def env(self, number: int, kill_at_call: str | None) -> dict[str, str]:
+        # host/stubs holds every stub, installed or not; only those linked into host/installed are found.
+        path = ":".join(str(p) for p in (self.host / "installed", self.root / "sysbin"))
+        env = {
+            "PATH": path,
+            "HOME": str(self.root / "home"),
+            "LANG": "C.UTF-8",
+            "QWEN36_STATE_DIR": str(self.state_dir),
+            "QWEN36_METADATA_URL": self.metadata.url,
+            "QWEN36_HEALTH_URL": f"http://127.0.0.1:{self.port}/health",
+            "QWEN36_TIME_SCALE": repr(self.time_scale),
+            "QWEN36_BOOT_EPOCH": str(int(time.time())),
+            "STORAGE_EMULATOR_HOST": self.gcs_endpoint,
+            "HF_ENDPOINT": self.hf_endpoint,
+            "QWEN36_SANDBOX_HOST": str(self.host),
+            "QWEN36_SANDBOX_BOOT": str(number),
+            "QWEN36_SANDBOX_DELAYS": json.dumps(self.delays),
+            "QWEN36_SANDBOX_HTTP_PORT": str(self.port),
+        }
+        if kill_at_call:
+            env["QWEN36_SANDBOX_KILL_AT"] = kill_at_call
+        if self.llama_server is not None:
+            env["QWEN36_SANDBOX_LLAMA_SERVER"] = str(self.llama_server)
+        return env
+
+    def _machine_event(self, event: str, env: dict[str, str]) -> None:
+        subprocess.run([base_python(), "-S", str(STUB_PROGRAM), event], env=env, check=True, timeout=30)
+
+    def boot(
+        self,
+        *,
+        kill_at_phase: str | None = None,
+        kill_at_call: str | None = None,
+        kill_when: Callable[[], bool] | None = None,
+        reboot_delay_s: float = 0.0,
+        timeout: float = BOOT_TIMEOUT_S,
+    ) -> BootResult:
+        """Power-cycle the VM (a first boot just powers on) and run the startup script once.
+
+        ``kill_at_phase`` cuts the power the moment that phase is reported, ``kill_at_call`` right
+        after a stub call starting with that text (e.g. ``"docker run"``), ``kill_when`` as soon as
+        the predicate holds.
+        """
+        number = len(self.boots) + 1
+        env = self.env(number, kill_at_call)
+        if self.boots:
+            self._machine_event("_power_off", env)
+            time.sleep(reboot_delay_s)
+        started = time.time()
+        env["QWEN36_BOOT_EPOCH"] = str(int(started))
+        self._machine_event("_power_on", env)
+        first_write = len(self.metadata.writes)
+        log_path = self.root / f"boot-{number}.log"
+        killed = False
+        with log_path.open("w") as log:
+            process = subprocess.Popen(
+                ["bash", str(self.script_path)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                cwd=self.root, start_new_session=True,
+            )  # fmt: skip
+
+            def cut(write: Write) -> None:
+                nonlocal killed
+                if write.key == "phase" and write.value == kill_at_phase:
+                    killed = True
+                    _killpg(process.pid)
+
+            self.metadata.on_write = cut if kill_at_phase else None
+            deadline = time.monotonic() + timeout
+            try:
+                while process.poll() is None:
+                    if kill_when is not None and kill_when():
+                        killed = True
+                        _killpg(process.pid)
+                    if time.monotonic() > deadline:
+                        _killpg(process.pid)
+                        process.wait()
+                        raise TimeoutError(f"boot {number} ran past {timeout} s:\n{log_path.read_text()}")
+                    time.sleep(POLL_S)
+            finally:
+                self.metadata.on_write = None
+                _killpg(process.pid)
+        ended = time.time()
+        calls = [c for c in self.calls() if c["boot"] == number]
+        killed = killed or any(c["cmd"] == "power-cut" for c in calls)
+        text = log_path.read_text()
+        result = BootResult(
+            number=number,
+            rc=process.returncode,
+            killed=killed,
+            rebooted=self.host_state()["reboot_requested"],
+            log=text,
+            reports=[Report(m[1], m[2], m[3]) for m in map(_REPORT.match, text.splitlines()) if m],
+            writes=self.metadata.writes[first_write:],
+            calls=calls,
+            started=started,
+            ended=ended,
+        )
+        self.boots.append(result)
+        return result
+
+    def boot_until_ready(self, max_boots: int = 4) -> BootResult:
+        for _ in range(max_boots):
+            result = self.boot()
+            if result.rc == 0 and not result.rebooted:
+                return result
+        raise AssertionError(f"no ready boot in {max_boots}:\n{self.boots[-1].log}")
+
+    def shutdown(self) -> None:
+        self._machine_event("_power_off", self.env(0, None))
+
+    # ---- what the tests read
+
+    def calls(self) -> list[dict[str, Any]]:
+        lines = (self.host / "calls.jsonl").read_text().splitlines()
+        return [json.loads(line) for line in lines]
+
+    def loads(self) -> list[dict[str, Any]]:
+        lines = (self.host / "loads.jsonl").read_text().splitlines()
+        return [json.loads(line) for line in lines]
+
+    def containers(self) -> dict[str, Any]:
+        containers: dict[str, Any] = self.host_state()["docker"]["containers"]
+        return containers
+
+    def guest_attributes(self, namespace: str = "qwen36") -> dict[str, str]:
+        return {k: v for (ns, k), v in self.metadata.attributes.items() if ns == namespace}
+
+    def model_files(self) -> list[Path]:
+        return sorted(p for p in self.model_dir.iterdir()) if self.model_dir.exists() else []
+
+    def health(self) -> int | None:
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as reply:
+                return int(reply.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+        except OSError:
+            return None
+
+
+def _killpg(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)

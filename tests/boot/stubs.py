@@ -1,0 +1,444 @@
+"""The boot sandbox's stand-ins for what this machine cannot be: the GPU, the package manager, docker,
+gcloud and the power switch. One program, dispatched on its first argument by small wrappers on PATH.
+
+State lives in JSON files under ``$QWEN36_SANDBOX_HOST`` so it persists across simulated boots the way
+the real machine's does (the GPU's ECC mode, the installed packages, docker's images and containers).
+Every call is appended to ``calls.jsonl`` with its time, so tests assert what the boot script did and
+when. Standard library only: the wrappers run it with whatever python3 the sandbox found.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+HOST = Path(os.environ.get("QWEN36_SANDBOX_HOST", "."))
+STUB_DIR = Path(__file__).resolve().parent
+FAKE_CONTAINER = STUB_DIR / "fake_container.py"
+# A container process gets this long to exit on SIGTERM before SIGKILL, like `docker stop -t`.
+STOP_GRACE_S = 2.0
+
+DRIVER_FAILED = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running."
+)
+
+
+def delays() -> dict[str, float]:
+    return {k: float(v) for k, v in json.loads(os.environ.get("QWEN36_SANDBOX_DELAYS", "{}")).items()}
+
+
+@contextmanager
+def state() -> Iterator[dict[str, Any]]:
+    """Read-modify-write of the host state under a lock (the two parallel boot jobs call stubs at once)."""
+    path = HOST / "host.json"
+    with (HOST / "host.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = json.loads(path.read_text())
+        yield data
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        tmp.replace(path)
+
+
+def read_state() -> dict[str, Any]:
+    with state() as data:
+        return data
+
+
+def record(cmd: str, argv: list[str], **extra: Any) -> None:
+    entry = {
+        "t": time.time(),
+        "boot": int(os.environ.get("QWEN36_SANDBOX_BOOT", "0")),
+        "cmd": cmd,
+        "argv": argv,
+    }
+    entry.update(extra)
+    with (HOST / "calls.jsonl").open("a") as log:
+        fcntl.flock(log, fcntl.LOCK_EX)
+        log.write(json.dumps(entry) + "\n")
+
+
+def kill_point(cmd: str, argv: list[str]) -> None:
+    """Cut the power right after this call when the test asked for it (the whole boot dies at once)."""
+    wanted = os.environ.get("QWEN36_SANDBOX_KILL_AT", "")
+    if wanted and " ".join([cmd, *argv]).startswith(wanted):
+        record("power-cut", [wanted])
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def err(message: str, code: int) -> int:
+    print(message, file=sys.stderr)
+    return code
+
+
+def install_link(name: str) -> None:
+    link = HOST / "installed" / name
+    if not link.exists():
+        link.symlink_to(HOST / "stubs" / name)
+
+
+# ------------------------------------------------------------------------------------- nvidia-smi
+
+
+def nvidia_smi(argv: list[str]) -> int:
+    with state() as host:
+        gpu = host["gpu"]
+        if not gpu["driver_loaded"]:
+            return err(DRIVER_FAILED, 9)
+        if argv[:2] == ["-e", "0"]:
+            if gpu["ecc_locked"]:
+                return err("Unable to set the ECC mode for GPU 00000000:00:03.0: Not Supported", 3)
+            gpu["ecc_pending"] = "Disabled"
+            print("Disabled ECC support for GPU 00000000:00:03.0.\nAll done.\nReboot required.")
+            return 0
+        query = next((a.split("=", 1)[1] for a in argv if a.startswith("--query-gpu=")), None)
+    if query is None:
+        print(f"| NVIDIA L4   Driver Version: {gpu['driver_version']}   ECC: {gpu['ecc_current']} |")
+        return 0
+    values = {
+        "name": "NVIDIA L4",
+        "driver_version": gpu["driver_version"],
+        "ecc.mode.current": gpu["ecc_current"],
+        "ecc.mode.pending": gpu["ecc_pending"],
+        "uuid": gpu["uuid"],
+        "memory.total": "24570 MiB" if gpu["ecc_current"] == "Disabled" else "23034 MiB",
+    }
+    print(", ".join(values[q] for q in query.split(",")))
+    return 0
+
+
+# --------------------------------------------------------------------------- packages and the kernel
+
+
+def apt_get(argv: list[str]) -> int:
+    words = [a for a in argv if not a.startswith("-") and "::" not in a]
+    if not words:
+        return err("E: no operation", 100)
+    if words[0] == "update":
+        return 0
+    if words[0] != "install":
+        return err(f"E: Invalid operation {words[0]}", 100)
+    for package in words[1:]:
+        with state() as host:
+            branch = host["gpu"]["driver_branch"]
+            available = host["apt_available"]
+        if package not in available:
+            return err(f"E: Unable to locate package {package}", 100)
+        if package == "docker.io":
+            time.sleep(delays().get("apt_docker", 0))
+            with state() as host:
+                host["docker"]["installed"] = True
+                host["docker"]["daemon_running"] = True  # the package's postinst starts the daemon
+            install_link("docker")
+        elif package == "nvidia-container-toolkit":
+            install_link("nvidia-ctk")
+        elif package == f"nvidia-dkms-{branch}-server-open":
+            time.sleep(delays().get("dkms", 0))
+            with state() as host:
+                kernel = host["kernel"]
+                if kernel not in host["gpu"]["module_kernels"]:
+                    host["gpu"]["module_kernels"].append(kernel)
+    return 0
+
+
+def modprobe(argv: list[str]) -> int:
+    if argv != ["nvidia"]:
+        return err(f"modprobe: unexpected arguments {argv}", 1)
+    with state() as host:
+        if host["kernel"] not in host["gpu"]["module_kernels"]:
+            return err(
+                f"modprobe: FATAL: Module nvidia not found in directory /lib/modules/{host['kernel']}", 1
+            )
+        host["gpu"]["driver_loaded"] = True
+    return 0
+
+
+def systemctl(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in ("start", "restart") or argv[1] not in ("docker", "docker.service"):
+        return err(f"systemctl: unexpected arguments {argv}", 1)
+    with state() as host:
+        docker = host["docker"]
+        if not docker["installed"]:
+            return err("Failed to start docker.service: Unit docker.service not found.", 5)
+        docker["daemon_running"] = True
+        docker["runtimes"] = ["runc", "nvidia"] if docker["nvidia_configured"] else ["runc"]
+    return 0
+
+
+def nvidia_ctk(argv: list[str]) -> int:
+    if argv[:2] != ["runtime", "configure"] or "--runtime=docker" not in argv:
+        return err(f"nvidia-ctk: unexpected arguments {argv}", 1)
+    with state() as host:
+        host["docker"]["nvidia_configured"] = True  # written to daemon.json; applies on restart
+    return 0
+
+
+def reboot(argv: list[str]) -> int:
+    with state() as host:
+        host["reboot_requested"] = True
+    return 0
+
+
+def gcloud(argv: list[str]) -> int:
+    if argv[:4] != ["secrets", "versions", "access", "latest"]:
+        return err(f"gcloud: unexpected arguments {argv}", 2)
+    options = dict(a[2:].split("=", 1) for a in argv[4:] if a.startswith("--") and "=" in a)
+    time.sleep(delays().get("gcloud", 0))
+    with state() as host:
+        value = host["secrets"].get(f"{options.get('project')}/{options.get('secret')}")
+    if value is None:
+        return err(f"ERROR: (gcloud.secrets.versions.access) NOT_FOUND: Secret [{options.get('secret')}]", 1)
+    sys.stdout.write(value)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ docker
+
+
+def _split_run(argv: list[str]) -> tuple[dict[str, Any], str, list[str]]:
+    """docker run's own options, the image, and the command's arguments."""
+    opts: dict[str, Any] = {"labels": {}, "volumes": [], "ports": [], "restart": "no", "name": None}
+    takes_value = {"--name", "--label", "--restart", "--gpus", "-p", "-v"}
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        flag = argv[i]
+        if flag in ("-d", "--detach"):
+            i += 1
+            continue
+        if flag not in takes_value:
+            raise ValueError(f"unknown docker run option {flag}")
+        value = argv[i + 1]
+        if flag == "--label":
+            key, _, val = value.partition("=")
+            opts["labels"][key] = val
+        elif flag == "-v":
+            opts["volumes"].append(value)
+        elif flag == "-p":
+            opts["ports"].append(value)
+        else:
+            opts[flag.lstrip("-")] = value
+        i += 2
+    return opts, argv[i], argv[i + 1 :]
+
+
+def _host_path(container: dict[str, Any], path: str) -> str:
+    for volume in container["volumes"]:
+        source, target = volume.split(":")[:2]
+        if path == target or path.startswith(target + "/"):
+            return source + path[len(target) :]
+    return path
+
+
+def start_container(container: dict[str, Any]) -> None:
+    """Start the container's process: the fake server, or the real llama-server in "llama" mode."""
+    args = list(container["args"])
+    port = os.environ["QWEN36_SANDBOX_HTTP_PORT"]
+    log = (HOST / "containers" / f"{container['name']}.log").open("a")
+    binary = os.environ.get("QWEN36_SANDBOX_LLAMA_SERVER", "")
+    mapped = [_host_path(container, a) if a.startswith("/") else a for a in args]
+    if "--port" in mapped:
+        mapped[mapped.index("--port") + 1] = port
+    command = [binary, *mapped] if binary else [sys.executable, str(FAKE_CONTAINER), *mapped]
+    # Its own session: the container outlives the boot script, as docker's containers do.
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    container["pid"] = process.pid
+    container["running"] = True
+    container["stopped_by_user"] = False
+    container["starts"] = container.get("starts", 0) + 1
+
+
+def alive(pid: int) -> bool:
+    """Whether the process still runs; an exited orphan nobody reaped yet (a zombie) does not."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, IndexError):
+        return False
+    return fields[0] != "Z"
+
+
+def stop_process(pid: int | None) -> None:
+    if not pid or not alive(pid):
+        return
+    with suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return
+        time.sleep(0.02)
+    with suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _format(container: dict[str, Any], template: str) -> str:
+    text = template.replace("{{.State.Running}}", "true" if container["running"] else "false")
+    text = re.sub(
+        r'\{\{index \.Config\.Labels "([^"]+)"\}\}', lambda m: container["labels"].get(m[1], ""), text
+    )
+    if "{{" in text:
+        raise ValueError(f"the docker stub does not know the format {template!r}")
+    return text
+
+
+def docker(argv: list[str]) -> int:
+    with state() as host:
+        docker_state = host["docker"]
+        if not docker_state["daemon_running"]:
+            return err("Cannot connect to the Docker daemon at unix:///var/run/docker.sock.", 1)
+    command, rest = argv[0], argv[1:]
+    if command == "info":
+        if rest[:1] == ["--format"]:
+            runtimes = {name: {"path": name} for name in docker_state["runtimes"]}
+            print(json.dumps(runtimes))
+        else:
+            print(f"Server Version: 24.0.7\nRuntimes: {' '.join(docker_state['runtimes'])}")
+        return 0
+    if command == "image" and rest[:1] == ["inspect"]:
+        return 0 if rest[1] in docker_state["images"] else err(f"Error: No such image: {rest[1]}", 1)
+    if command == "pull":
+        image = next(a for a in rest if not a.startswith("-"))
+        started = time.time()
+        time.sleep(delays().get("pull", 0))
+        with state() as host:
+            if image not in host["docker"]["images"]:
+                host["docker"]["images"].append(image)
+        record("docker-pull-done", [image], started=started)
+        print(f"{image}@sha256:{hashlib.sha256(image.encode()).hexdigest()}")
+        return 0
+    if command == "inspect":
+        template, name = rest[1], rest[2]
+        container = docker_state["containers"].get(name)
+        if container is None:
+            return err(f"Error: No such object: {name}", 1)
+        print(_format(container, template))
+        return 0
+    if command == "run":
+        opts, image, args = _split_run(rest)
+        with state() as host:
+            containers = host["docker"]["containers"]
+            if opts["name"] in containers:
+                return err(
+                    f'docker: Error response from daemon: Conflict. The container name "/{opts["name"]}" '
+                    "is already in use.",
+                    125,
+                )
+            if image not in host["docker"]["images"]:
+                return err(f"Unable to find image '{image}' locally (the sandbox does not pull on run)", 125)
+            if "nvidia" not in host["docker"]["runtimes"] and opts.get("gpus"):
+                return err(
+                    'docker: Error response from daemon: could not select device driver "" with '
+                    "capabilities: [[gpu]].",
+                    125,
+                )
+            container = {**opts, "image": image, "args": args, "running": False}
+            start_container(container)
+            containers[opts["name"]] = container
+        print(hashlib.sha256(opts["name"].encode()).hexdigest())
+        return 0
+    if command in ("start", "stop", "restart"):
+        name = rest[-1]
+        with state() as host:
+            container = host["docker"]["containers"].get(name)
+            if container is None:
+                return err(f"Error response from daemon: No such container: {name}", 1)
+            if command in ("stop", "restart"):
+                stop_process(container.get("pid"))
+                container.update(running=False, pid=None, stopped_by_user=command == "stop")
+            if command in ("start", "restart") and not container["running"]:
+                start_container(container)
+        print(name)
+        return 0
+    if command == "rm":
+        name = rest[-1]
+        with state() as host:
+            container = host["docker"]["containers"].pop(name, None)
+            if container is None:
+                return err(f"Error response from daemon: No such container: {name}", 1)
+            stop_process(container.get("pid"))
+        print(name)
+        return 0
+    if command == "logs":
+        tail = int(rest[rest.index("--tail") + 1]) if "--tail" in rest else None
+        log = HOST / "containers" / f"{rest[-1]}.log"
+        lines = log.read_text().splitlines() if log.exists() else []
+        print("\n".join(lines[-tail:] if tail else lines))
+        return 0
+    return err(f"docker: the sandbox stub does not implement {argv}", 1)
+
+
+# --------------------------------------------------------------------- machine events (not commands)
+
+
+def power_off() -> None:
+    """Every process dies; docker remembers which containers its restart policy brings back."""
+    with state() as host:
+        if not host.get("powered", True):
+            return
+        host["powered"] = False
+        for container in host["docker"]["containers"].values():
+            stop_process(container.get("pid"))
+            container["was_running"] = container["running"]
+            container.update(running=False, pid=None)
+        host["docker"]["daemon_running"] = False
+
+
+def power_on() -> None:
+    """What happens before GCE runs the startup script: pending ECC applies, dockerd restores containers."""
+    with state() as host:
+        host["powered"] = True
+        gpu = host["gpu"]
+        # A "sticky" GPU accepts -e 0 and still comes back with ECC on (the case the script must not loop on).
+        if not gpu.get("ecc_sticky"):
+            gpu["ecc_current"] = gpu["ecc_pending"]
+        host["reboot_requested"] = False
+        gpu["driver_loaded"] = host["kernel"] in gpu["module_kernels"]
+        docker_state = host["docker"]
+        if docker_state["installed"]:
+            docker_state["daemon_running"] = True
+            docker_state["runtimes"] = ["runc", "nvidia"] if docker_state["nvidia_configured"] else ["runc"]
+            for container in docker_state["containers"].values():
+                # https://docs.docker.com/engine/containers/start-containers-automatically/
+                if container["restart"] == "unless-stopped" and container.get("was_running"):
+                    start_container(container)
+
+
+HANDLERS = {
+    "nvidia-smi": nvidia_smi,
+    "apt-get": apt_get,
+    "modprobe": modprobe,
+    "systemctl": systemctl,
+    "nvidia-ctk": nvidia_ctk,
+    "reboot": reboot,
+    "gcloud": gcloud,
+    "docker": docker,
+}
+
+
+def main() -> int:
+    cmd, argv = sys.argv[1], sys.argv[2:]
+    if cmd == "_power_off":
+        power_off()
+        return 0
+    if cmd == "_power_on":
+        power_on()
+        return 0
+    record(cmd, argv)
+    code = HANDLERS[cmd](argv)
+    kill_point(cmd, argv)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

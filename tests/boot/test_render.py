@@ -1,0 +1,136 @@
+"""The rendered startup script: deterministic, shell-quoted, shellcheck clean, carrying the real
+fetch tool and the single source of server flags."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra import boot_script
+from infra.boot_script import BODY_PATH, FETCH_TOOL_PATH, MAX_SCRIPT_BYTES, render_boot_script
+from infra.config import ConfigError, StackConfig, parse_config
+from infra.llama_cpp import server_image
+from infra.server_args import CONTAINER_API_KEY_FILE, container_model_path, server_args
+
+SHELLCHECK = Path(sys.executable).parent / "shellcheck"
+HOSTILE_BUCKET = "models-$(touch pwned)-`touch pwned2`"
+HOSTILE_PROJECT = "proj'; touch pwned3; echo '"
+
+
+def _render(cfg: StackConfig | None = None, **kwargs: str | None) -> str:
+    options: dict[str, str | None] = {
+        "bucket": "qwen36-models",
+        "api_key_secret": "qwen36-api-key",
+        "project": "p1",
+    }
+    options.update(kwargs)
+    return render_boot_script(cfg or StackConfig(), **options)  # type: ignore[arg-type]
+
+
+def _config_block(script: str) -> str:
+    """The generated assignments: everything before the embedded fetch tool."""
+    return script[: script.index("qwen36_fetch_tool() {")]
+
+
+def _bash_values(script: str, tmp_path: Path, expression: str) -> list[str]:
+    """Evaluate the config block in a real bash and print ``expression`` NUL-separated."""
+    out = subprocess.run(
+        ["bash", "-c", _config_block(script) + f"\nprintf '%s\\0' {expression}"],
+        cwd=tmp_path,
+        capture_output=True,
+        check=True,
+        timeout=30,
+    ).stdout.decode()
+    return out.split("\0")[:-1]
+
+
+def _shellcheck(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SHELLCHECK), "--shell=bash", "--severity=style", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_same_config_renders_byte_identical_scripts() -> None:
+    first = _render(StackConfig(alias="a.b_c-d", ctx_size=32768))
+    second = _render(StackConfig(alias="a.b_c-d", ctx_size=32768))
+    assert first.encode() == second.encode()
+    assert _render() != _render(StackConfig(ctx_size=32768))
+
+
+def test_script_is_shebang_config_fetch_tool_and_verbatim_body(tmp_path: Path) -> None:
+    script = _render()
+    assert script.startswith("#!/bin/bash\n")
+    assert script.endswith(BODY_PATH.read_text())
+    assert len(script.encode()) < MAX_SCRIPT_BYTES
+    # The heredoc hands the fetch tool to disk byte for byte.
+    function = script[script.index("qwen36_fetch_tool() {") : script.index(BODY_PATH.read_text())]
+    out = subprocess.run(
+        ["bash", "-c", function + "\nqwen36_fetch_tool"], capture_output=True, check=True, timeout=30
+    ).stdout
+    assert out == FETCH_TOOL_PATH.read_bytes()
+
+
+@pytest.mark.parametrize("api_key_secret", ["qwen36-api-key", None])
+def test_server_arguments_come_from_the_single_flag_source(
+    tmp_path: Path, api_key_secret: str | None
+) -> None:
+    cfg = StackConfig(tools=["read_file"], degraded_ctx_size=4096)
+    script = _render(cfg, api_key_secret=api_key_secret)
+    key_file = CONTAINER_API_KEY_FILE if api_key_secret else None
+    model_path = container_model_path(cfg)
+    wanted = server_args(cfg, model_path=model_path, api_key_file=key_file)
+    assert _bash_values(script, tmp_path, '"${SERVER_ARGS[@]}"') == wanted
+    degraded = _bash_values(script, tmp_path, '"${SERVER_ARGS_DEGRADED[@]}"')
+    assert degraded == server_args(cfg, model_path=model_path, api_key_file=key_file, ctx_size=4096)
+    assert ("--api-key-file" in wanted) == (api_key_secret is not None)
+    assert _bash_values(script, tmp_path, '"$SERVER_IMAGE" "$API_KEY_SECRET"') == [
+        server_image(cfg.llama_cpp_build),
+        api_key_secret or "",
+    ]
+
+
+def test_hostile_values_stay_literal(tmp_path: Path) -> None:
+    cfg = StackConfig(model_revision="main; touch pwned4", model_repo="o-w.n/re_po.x")
+    script = _render(cfg, bucket=HOSTILE_BUCKET, project=HOSTILE_PROJECT, api_key_secret="s $(id)")
+    values = _bash_values(
+        script, tmp_path, '"$MODEL_BUCKET" "$GCP_PROJECT" "$API_KEY_SECRET" "$MODEL_REVISION"'
+    )
+    assert values == [HOSTILE_BUCKET, HOSTILE_PROJECT, "s $(id)", "main; touch pwned4"]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("alias", ["my model", "it's", 'a"b', "$(id)"])
+def test_config_rejects_an_alias_that_needs_quoting(alias: str) -> None:
+    with pytest.raises(ConfigError, match="alias"):
+        parse_config({"qwen36-mtp-l4:alias": alias})
+
+
+def test_fetch_tool_containing_the_heredoc_end_is_refused() -> None:
+    with pytest.raises(boot_script.BootScriptError, match="heredoc"):
+        boot_script._fetch_tool_function(f"print(1)\n{boot_script.HEREDOC_END}\nprint(2)\n")
+
+
+def test_driver_branch_comes_from_the_image_family() -> None:
+    assert boot_script.driver_branch("common-cu129-ubuntu-2204-nvidia-580") == "580"
+    assert boot_script.driver_branch("qwen36-mtp-l4-tooling") == ""
+
+
+@pytest.mark.parametrize("api_key_secret", ["qwen36-api-key", None])
+def test_rendered_script_is_shellcheck_clean(tmp_path: Path, api_key_secret: str | None) -> None:
+    path = tmp_path / "startup.sh"
+    # Real names only: a hostile one draws SC2016 ("won't expand in single quotes"), which is the point
+    # of quoting it (test_hostile_values_stay_literal runs that case in bash).
+    path.write_text(_render(StackConfig(tools=["all"]), api_key_secret=api_key_secret))
+    result = _shellcheck(path)
+    assert result.returncode == 0, result.stdout
+
+
+def test_boot_body_is_shellcheck_clean() -> None:
+    result = _shellcheck(BODY_PATH)
+    assert result.returncode == 0, result.stdout
