@@ -1108,16 +1108,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; stdout gets one line on success (with the verified sha256), stderr the rest."""
     args = _parser().parse_args(argv)
     started = time.monotonic()
     try:
         if args.command == "gcs":
-            fetch_gcs(
+            info = fetch_gcs(
                 args.bucket, args.object, args.dest, args.sha256, args.size, args.slices, args.progress_url
             )
-            what = f"gs://{args.bucket}/{args.object}"
+            what, sha256 = f"gs://{args.bucket}/{args.object}", args.sha256 or info.sha256
         elif args.command == "hf":
-            fetch_hf(
+            hub = fetch_hf(
                 args.repo,
                 args.revision,
                 args.file,
@@ -1127,14 +1128,14 @@ def main(argv: list[str] | None = None) -> int:
                 args.slices,
                 args.progress_url,
             )
-            what = f"{args.repo}@{args.revision}/{args.file}"
+            what, sha256 = f"{args.repo}@{args.revision}/{args.file}", args.sha256 or hub.sha256
         elif args.command == "upload":
             outcome = upload_gcs(args.bucket, args.object, args.src, args.sha256)
-            print(f"fetch: gs://{args.bucket}/{args.object}: {outcome}", flush=True)
+            print(f"fetch: gs://{args.bucket}/{args.object}: {outcome}, sha256 {args.sha256}", flush=True)
             return EXIT_OK
         else:
             verify_file(args.path, args.sha256, args.size)
-            print(f"fetch: {args.path}: verified", flush=True)
+            print(f"fetch: {args.path}: verified sha256 {args.sha256}", flush=True)
             return EXIT_OK
     except FetchError as exc:
         print(f"fetch: {exc}", file=sys.stderr, flush=True)
@@ -1148,7 +1149,7 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - started
     size = Path(args.dest).stat().st_size
     print(
-        f"fetch: {what} -> {args.dest}: verified, {size / 1e9:.2f} GB in {elapsed:.0f} s",
+        f"fetch: {what} -> {args.dest}: {size / 1e9:.2f} GB in {elapsed:.0f} s, verified sha256 {sha256}",
         flush=True,
     )
     return EXIT_OK

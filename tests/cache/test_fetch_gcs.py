@@ -47,6 +47,8 @@ def test_sliced_download_is_byte_identical(
     assert done.returncode == 0, done.stderr
     assert dest.read_bytes() == small_file.path.read_bytes()
     assert _leftovers(dest) == ["model.gguf"], "the partial file and its checkpoint are cleaned up"
+    # The boot script reads the verified sha256 (the object's, when none is pinned) from stdout.
+    assert done.stdout.strip().endswith(f"verified sha256 {small_file.sha256}")
     ranges = len(fetch.plan_slices(small_file.size, slices))
     assert ranges == (1 if slices == 1 else 6)
     assert proxy.connections == 1 + ranges, "one metadata request, then one request per range"
@@ -240,9 +242,9 @@ def test_upload_stores_sha256_and_size_and_is_idempotent(gcs: Gcs, small_file: B
     second = run_fetch(*args, "--sha256", small_file.sha256)
 
     assert first.returncode == 0, first.stderr
-    assert first.stdout.strip().endswith(": uploaded")
+    assert first.stdout.strip().endswith(f": uploaded, sha256 {small_file.sha256}")
     assert second.returncode == 0, second.stderr
-    assert second.stdout.strip().endswith(": already staged")
+    assert second.stdout.strip().endswith(f": already staged, sha256 {small_file.sha256}")
     blob = gcs.bucket.get_blob(MODEL_OBJECT)
     assert blob is not None
     assert blob.metadata == {"sha256": small_file.sha256, "size": str(small_file.size)}
@@ -341,7 +343,7 @@ def test_interrupted_vm_upload_resumes(gcs: Gcs, proxy: CountingProxy, big_file:
     done = run_fetch(*args, "--sha256", big_file.sha256)
 
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().endswith(": resumed")
+    assert done.stdout.strip().endswith(f": resumed, sha256 {big_file.sha256}")
     assert proxy.sent_upstream < big_file.size * 0.6, "only the part GCS lacks is sent again"
     blob = gcs.bucket.get_blob(MODEL_OBJECT)
     assert blob is not None

@@ -55,6 +55,7 @@ def test_download_follows_the_redirect_and_verifies_the_lfs_sha256(
     assert done.returncode == 0, done.stderr
     assert dest.read_bytes() == small_file.path.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf"]
+    assert done.stdout.strip().endswith(f"verified sha256 {small_file.sha256}"), "the hub's LFS sha256"
     resolves = [e for e in hub.log if "/resolve/" in e.path]
     assert [(e.method, e.status) for e in resolves] == [("HEAD", 302)]
     ranges = hub.cdn_requests()
