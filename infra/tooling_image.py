@@ -61,6 +61,8 @@ COLD_START_TOOLING = "~2 min"
 DOCKER_AND_PULL_S = 170
 
 BAKE_SCRIPT_ENV = "QWEN36_BAKE_SCRIPT"
+# The tail of the builder's numeric instance id that goes into the image name.
+BUILDER_ID_DIGITS = 8
 
 
 def tooling_family(build: int) -> str:
@@ -77,6 +79,14 @@ def tooling_image_name(cfg: StackConfig) -> str:
     replaced; it is used the next time the VM is created.
     """
     return f"{tooling_family(cfg.llama_cpp_build)}-{_bake_hash(cfg)}"
+
+
+def bake_image_name(cfg: StackConfig, builder_id: str) -> str:
+    """This bake's image: the config's name plus the builder VM's id, so a re-bake of the same
+    config (``pulumi up --replace`` on the builder) makes a new image instead of clashing with
+    the kept one."""
+    suffix = builder_id.strip()[-BUILDER_ID_DIGITS:]
+    return f"{tooling_image_name(cfg)}-{suffix}" if suffix else tooling_image_name(cfg)
 
 
 def builder_name(cfg: StackConfig) -> str:
@@ -122,7 +132,7 @@ class Builder:
     def exists(self) -> str:
         return self._gcloud("describe", "--format=value(status)") + " >/dev/null 2>&1"
 
-    def create(self, cfg: StackConfig) -> str:
+    def ensure(self, cfg: StackConfig) -> str:
         """Create the builder unless it exists; the bake script comes from ``$QWEN36_BAKE_SCRIPT``."""
         labels = f"app={PROJECT},role=tooling-builder,llama-cpp-build=b{cfg.llama_cpp_build}"
         gcloud = self._gcloud(
@@ -154,6 +164,10 @@ class Builder:
             "fi\n"
         )
 
+    def create(self, cfg: StackConfig) -> str:
+        """Ensure the builder, then print its instance id: one id per VM, i.e. per bake."""
+        return self.ensure(cfg) + self._gcloud("describe", "--format=value(id)") + "\n"
+
     def stop(self) -> str:
         # Waits for the stop operation, i.e. a clean guest shutdown that flushed the disk.
         return self._gcloud("stop", "--quiet")
@@ -184,7 +198,7 @@ def bake_wait_script(cfg: StackConfig, builder: Builder, *, python: str = sys.ex
     )
     return (
         "set -u\n"
-        + builder.create(cfg)
+        + builder.ensure(cfg)
         + f"if {wait}; then exit 0; fi\n"
         + f"echo 'the bake did not finish: deleting the builder {builder.name}; "
         + "fix the cause above and run `pulumi up` again to bake afresh' >&2\n"
@@ -238,7 +252,8 @@ class ToolingImage(pulumi.ComponentResource):
             create=builder.apply(lambda b: bake_wait_script(cfg, b)),
             dir=str(REPO_ROOT),
             environment={BAKE_SCRIPT_ENV: script, "PYTHONUNBUFFERED": "1"},
-            triggers=[self.builder.id],
+            # Every step after the builder is re-run for a new builder VM (its id is its stdout).
+            triggers=[self.builder.stdout],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.builder]),
         )
         # An image taken from a running VM's disk may miss writes still in the guest's page cache,
@@ -247,12 +262,12 @@ class ToolingImage(pulumi.ComponentResource):
         self.stop = local.Command(
             f"{name}-stop",
             create=builder.apply(lambda b: b.stop()),
-            triggers=[self.bake_wait.id],
+            triggers=[self.builder.stdout],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.bake_wait]),
         )
         self.image = gcp.compute.Image(
             f"{name}-image",
-            name=tooling_image_name(cfg),
+            name=self.builder.stdout.apply(lambda builder_id: bake_image_name(cfg, builder_id)),
             family=self.family,
             project=args.project,
             source_disk=builder.apply(lambda b: b.disk_url()),

@@ -18,6 +18,8 @@ from pulumi.runtime.mocks import MockMonitor
 
 PROJECT = "qwen36-mtp-l4"
 GCP_PROJECT = "acme-llm-test"
+# What a builder command prints: the new VM's numeric instance id.
+BUILDER_INSTANCE_ID = "7301234567890123456"
 
 
 class ProviderError(grpc.RpcError):
@@ -50,8 +52,13 @@ class Registration:
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
-    def __init__(self, call: Callable[[pulumi.runtime.MockCallArgs], dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        call: Callable[[pulumi.runtime.MockCallArgs], dict[str, Any]] | None = None,
+        builder_id: str = BUILDER_INSTANCE_ID,
+    ) -> None:
         self._call = call
+        self.builder_id = builder_id
         self.calls: list[pulumi.runtime.MockCallArgs] = []
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
@@ -63,7 +70,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
             )
             return f"projects/{GCP_PROJECT}/global/images/{name}", state
         if args.typ == "command:local:Command":
-            state.setdefault("stdout", "")
+            state["stdout"] = self.builder_id + "\n" if args.name.endswith("-builder") else ""
             return f"{args.name}-4f2a", state
         return f"{args.name}-id", state
 
@@ -125,8 +132,11 @@ class Mocked:
         return result.get("value")
 
 
-def set_up(call: Callable[[pulumi.runtime.MockCallArgs], dict[str, Any]] | None = None) -> Mocked:
-    mocks = RecordingMocks(call)
+def set_up(
+    call: Callable[[pulumi.runtime.MockCallArgs], dict[str, Any]] | None = None,
+    builder_id: str = BUILDER_INSTANCE_ID,
+) -> Mocked:
+    mocks = RecordingMocks(call, builder_id)
     monitor = RecordingMonitor(mocks)
     logs = LogRecorder()
     logger = logging.getLogger(f"pulumi-mock-{id(logs)}")

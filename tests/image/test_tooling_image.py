@@ -25,12 +25,22 @@ from infra.tooling_image import (
     BUILDER_MACHINE_TYPE,
     ToolingImage,
     ToolingImageArgs,
+    bake_image_name,
+    builder_name,
     choose_server_image,
     find_tooling_image,
     stock_image_url,
     tooling_family,
+    tooling_image_name,
 )
-from tests.image.pulumi_mocks import GCP_PROJECT, Mocked, ProviderError, Registration, set_up
+from tests.image.pulumi_mocks import (
+    BUILDER_INSTANCE_ID,
+    GCP_PROJECT,
+    Mocked,
+    ProviderError,
+    Registration,
+    set_up,
+)
 
 PIPELINE = ("tooling-builder", "tooling-bake-wait", "tooling-stop", "tooling-image", "tooling-delete-builder")
 COMMAND = "command:local:Command"
@@ -38,8 +48,10 @@ IMAGE = "gcp:compute/image:Image"
 GET_IMAGE = "gcp:compute/getImage:getImage"
 
 
-def _bake(cfg: StackConfig | None = None) -> tuple[Mocked, dict[str, Registration], Any]:
-    mocked = set_up()
+def _bake(
+    cfg: StackConfig | None = None, builder_id: str = BUILDER_INSTANCE_ID
+) -> tuple[Mocked, dict[str, Registration], Any]:
+    mocked = set_up(builder_id=builder_id)
     cfg = cfg or StackConfig(build_tooling_image=True)
     holder: dict[str, ToolingImage] = {}
 
@@ -89,6 +101,7 @@ def test_family_carries_the_build_number_and_the_image_name_is_unique_per_build(
     image = regs["tooling-image"].inputs
     assert image["family"] == "qwen36-mtp-l4-tooling-b11434"
     assert image["name"].startswith("qwen36-mtp-l4-tooling-b11434-")
+    assert image["name"] == f"{tooling_image_name(StackConfig())}-{BUILDER_INSTANCE_ID[-8:]}"
     assert image["labels"]["llama-cpp-build"] == "b11434"
     assert family_url == f"projects/{GCP_PROJECT}/global/images/family/qwen36-mtp-l4-tooling-b11434"
 
@@ -99,6 +112,16 @@ def test_family_carries_the_build_number_and_the_image_name_is_unique_per_build(
     assert next_image["name"] != image["name"]
     # A new build also means a new builder, so the two bakes never share a VM.
     assert regs_next["tooling-builder"].inputs["create"] != regs["tooling-builder"].inputs["create"]
+
+
+def test_a_new_builder_vm_re_runs_every_later_step_into_a_new_image() -> None:
+    """`pulumi up --replace` on the builder re-bakes: new VM id, new triggers, new image name."""
+    _, first, _ = _bake()
+    _, again, _ = _bake(builder_id="7301234567811112222")
+    assert again["tooling-image"].inputs["name"] != first["tooling-image"].inputs["name"]
+    for step in ("tooling-bake-wait", "tooling-stop"):
+        assert again[step].inputs["triggers"] != first[step].inputs["triggers"], step
+    assert again["tooling-image"].inputs["name"].startswith(tooling_image_name(StackConfig()))
 
 
 def test_old_images_are_kept_and_builders_never_overlap() -> None:
@@ -140,16 +163,19 @@ _GCLOUD = r"""#!/bin/bash
 printf '%s\n' "gcloud $*" >>"$SANDBOX/calls.log"
 verb="$3"; name="$4"
 case "$verb" in
-  describe) [[ -e $SANDBOX/instances/$name ]] ;;
+  describe)
+    [[ -e $SANDBOX/instances/$name ]] || exit 1
+    if [[ " $* " == *" --format=value(id) "* ]]; then cat "$SANDBOX/instances/$name.id"; fi ;;
   create)
     for arg in "$@"; do
       if [[ $arg == --metadata-from-file=startup-script=* ]]; then
         cp "${arg#--metadata-from-file=startup-script=}" "$SANDBOX/startup-script"
       fi
     done
-    echo RUNNING >"$SANDBOX/instances/$name" ;;
+    echo RUNNING >"$SANDBOX/instances/$name"
+    echo "$RANDOM$RANDOM$RANDOM$RANDOM" >"$SANDBOX/instances/$name.id" ;;
   stop) echo TERMINATED >"$SANDBOX/instances/$name" ;;
-  delete) rm "$SANDBOX/instances/$name" ;;
+  delete) rm "$SANDBOX/instances/$name" "$SANDBOX/instances/$name.id" ;;
 esac
 """
 
@@ -194,16 +220,29 @@ def test_the_recorded_pipeline_runs_in_order_and_leaves_only_the_image(tmp_path:
     _, regs, _ = _bake(cfg)
     shell = Shell(tmp_path)
     env = {BAKE_SCRIPT_ENV: regs["tooling-builder"].inputs["environment"][BAKE_SCRIPT_ENV]}
+    outputs = {}
     for step in ("tooling-builder", "tooling-bake-wait", "tooling-stop"):
         result = shell.run(_recorded_with_stub_python(regs, step), env)
         assert result.returncode == 0, result.stderr
+        outputs[step] = result.stdout
     name = _instance_name(regs["tooling-builder"].inputs["create"], "create")
+    # The builder step prints the new VM's id, which names this bake's image.
+    assert outputs["tooling-builder"].strip() == (tmp_path / "instances" / f"{name}.id").read_text().strip()
     # The VM got exactly the rendered bake script, and was stopped before the image step.
     assert (tmp_path / "startup-script").read_text() == render_bake_script(cfg)
     assert (tmp_path / "instances" / name).read_text().strip() == "TERMINATED"
     assert shell.run(regs["tooling-delete-builder"].inputs["create"]).returncode == 0
     assert not (tmp_path / "instances" / name).exists()
-    assert shell.verbs() == ["describe", "create", "describe", "wait", "stop", "describe", "delete"]
+    assert shell.verbs() == [
+        "describe",
+        "create",
+        "describe",
+        "describe",
+        "wait",
+        "stop",
+        "describe",
+        "delete",
+    ]
     # Deleting again (a rerun, or destroy after the delete step) is a no-op, not an error.
     assert shell.run(regs["tooling-builder"].inputs["delete"]).returncode == 0
 
@@ -338,10 +377,9 @@ def test_a_stack_that_bakes_boots_the_server_from_its_own_image() -> None:
 def test_family_names_are_valid_gce_names(build: int) -> None:
     import re
 
-    from infra.tooling_image import builder_name, tooling_image_name
-
     cfg = StackConfig(llama_cpp_build=build)
-    for name in (tooling_family(build), tooling_image_name(cfg), builder_name(cfg)):
+    names = (tooling_family(build), bake_image_name(cfg, BUILDER_INSTANCE_ID), builder_name(cfg))
+    for name in names:
         assert re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", name), name
 
 
