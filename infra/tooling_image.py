@@ -81,11 +81,11 @@ def tooling_image_name(cfg: StackConfig) -> str:
     return f"{tooling_family(cfg.llama_cpp_build)}-{_bake_hash(cfg)}"
 
 
-def bake_image_name(cfg: StackConfig, builder_id: str) -> str:
+def bake_image_name(cfg: StackConfig, builder_id: str | None) -> str:
     """This bake's image: the config's name plus the builder VM's id, so a re-bake of the same
     config (``pulumi up --replace`` on the builder) makes a new image instead of clashing with
     the kept one."""
-    suffix = builder_id.strip()[-BUILDER_ID_DIGITS:]
+    suffix = (builder_id or "").strip()[-BUILDER_ID_DIGITS:]
     return f"{tooling_image_name(cfg)}-{suffix}" if suffix else tooling_image_name(cfg)
 
 
