@@ -17,6 +17,7 @@ from tests.cache.conftest import FETCH_PY, Blob, Gcs, Recorder, run_fetch, start
 from tests.cache.proxy import CountingProxy
 
 MODEL_OBJECT = "models/unsloth/repo/model.gguf"
+MIB = 1024 * 1024
 STALL_WAIT_S = 60.0
 
 
@@ -49,18 +50,34 @@ def test_sliced_download_is_byte_identical(
     assert _leftovers(dest) == ["model.gguf"], "the partial file and its checkpoint are cleaned up"
     # The boot script reads the verified sha256 (the object's, when none is pinned) from stdout.
     assert done.stdout.strip().endswith(f"verified sha256 {small_file.sha256}")
-    ranges = len(fetch.plan_slices(small_file.size, slices))
-    assert ranges == (1 if slices == 1 else 6)
-    assert proxy.connections == 1 + ranges, "one metadata request, then one request per range"
+    pieces = fetch.plan_pieces(small_file.size, slices)
+    assert len(pieces) == (4 if slices == 1 else 7)
+    assert proxy.connections == 1 + len(pieces), "one metadata request, then one request per piece"
 
 
-def test_plan_covers_every_byte_once() -> None:
-    for size, count in [(small := 24 * 1024 * 1024 + 12345, 8), (small, 1), (100, 8), (0, 4)]:
-        pieces = fetch.plan_slices(size, count)
-        assert pieces[0].start == 0
-        assert pieces[-1].end == size
-        assert all(a.end == b.start for a, b in itertools.pairwise(pieces))
-        assert len(pieces) <= max(1, count)
+@pytest.mark.parametrize(
+    ("size", "slices"), [(24 * MIB + 12345, 8), (24 * MIB + 12345, 1), (100, 8), (0, 4), (22_900_000_000, 8)]
+)
+def test_pieces_cover_every_byte_once_in_order(size: int, slices: int) -> None:
+    pieces = fetch.plan_pieces(size, slices)
+
+    assert pieces[0].start == 0
+    assert pieces[-1].end == size
+    assert all(a.end == b.start for a, b in itertools.pairwise(pieces))
+    assert all(p.end - p.start <= fetch.MAX_PIECE_BYTES for p in pieces)
+    assert len(pieces) >= min(slices, -(-size // fetch.MIN_PIECE_BYTES)), "enough pieces to keep streams busy"
+
+
+def test_done_prefix_stops_at_the_first_gap() -> None:
+    pieces = fetch.plan_pieces(40 * MIB, 8)
+    assert fetch.done_prefix(pieces) == 0
+    pieces[0].done = pieces[0].end
+    pieces[1].done = 5
+    pieces[2].done = pieces[2].end - pieces[2].start
+    assert fetch.done_prefix(pieces) == pieces[1].start + 5
+    for piece in pieces:
+        piece.done = piece.end - piece.start
+    assert fetch.done_prefix(pieces) == 40 * MIB
 
 
 def test_object_sha256_metadata_is_the_default_expectation(
