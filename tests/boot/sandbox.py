@@ -11,12 +11,10 @@ nothing on this machine (its own docker client, apt-get, reboot) can be reached 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -27,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.boot.metadata_server import MetadataServer, Write
+from tests.boot.stubs import kill_session
 
 STUBS = ("nvidia-smi", "apt-get", "modprobe", "systemctl", "nvidia-ctk", "reboot", "gcloud", "docker")
 # Installed on a stock Deep Learning VM image before any boot; docker is not.
@@ -356,6 +355,6 @@ class Sandbox:
             return None
 
 
-def _killpg(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+def _killpg(sid: int) -> None:
+    """Cut the power on a boot: every process of the script's session, whatever its process group."""
+    kill_session(sid)

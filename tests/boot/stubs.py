@@ -28,6 +28,7 @@ STUB_DIR = Path(__file__).resolve().parent
 FAKE_CONTAINER = STUB_DIR / "fake_container.py"
 # A container process gets this long to exit on SIGTERM before SIGKILL, like `docker stop -t`.
 STOP_GRACE_S = 2.0
+KILL_ROUNDS = 10
 
 DRIVER_FAILED = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
@@ -75,7 +76,37 @@ def kill_point(cmd: str, argv: list[str]) -> None:
     wanted = os.environ.get("QWEN36_SANDBOX_KILL_AT", "")
     if wanted and " ".join([cmd, *argv]).startswith(wanted):
         record("power-cut", [wanted])
-        os.killpg(os.getpgrp(), signal.SIGKILL)
+        kill_session(os.getsid(0))
+
+
+def _session_members(sid: int) -> list[int]:
+    members = []
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            members.append(int(stat_file.parent.name))
+    return members
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of the boot's session: `timeout` puts its child in a group of its own.
+
+    Repeated a few times, since a shell may fork between one scan and its kill.
+    """
+    me = os.getpid()
+    for _ in range(KILL_ROUNDS):
+        members = [pid for pid in _session_members(sid) if pid != me]
+        if not members:
+            break
+        for pid in members:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+    if os.getsid(0) == sid:
+        os.kill(me, signal.SIGKILL)
 
 
 def err(message: str, code: int) -> int:
