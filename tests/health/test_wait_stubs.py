@@ -3,7 +3,10 @@ read through the real google-cloud-compute client from a local stand-in of the C
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from google.auth.credentials import AnonymousCredentials
@@ -13,6 +16,7 @@ from tests.harness.server import free_port
 from tests.health.compute_fake import FakeVm, fake_compute_api
 from tests.health.stub_http import stub_server
 
+ROOT = Path(__file__).resolve().parents[2]
 SHORT = WaitSettings(timeout_s=1.5, poll_s=0.05, heartbeat_s=0.5)
 # Generous slack for a loaded 2-core machine; the point is "bounded", not "precise".
 BOUND_SLACK_S = 5.0
@@ -150,3 +154,15 @@ def test_http_mode_stops_when_the_vm_reports_failure() -> None:
     assert elapsed < SHORT.timeout_s
     assert "the VM reported failure: server: llama-server exited 1" in diagnosis
     assert "last http state: unreachable" in diagnosis
+
+
+def test_cli_is_registered_under_python_m_qwen36() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "qwen36", "wait", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "--mode" in out.stdout and "guest-attributes" in out.stdout
