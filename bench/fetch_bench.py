@@ -6,9 +6,10 @@ Prints the download rate with one stream and with sliced ranges, from gcp-storag
 the hub stand-in (tests/cache/hf_server.py), each to the last byte written and to the verified rename;
 then the sha256 rate and this machine's disk write rate (a Python write of the same size with fsync,
 and ``dd conv=fsync``) as the ceiling. Both servers run in their own processes. The emulator serves
-one request at a time and copies the object per request, so its sliced figure shows the emulator,
-not the fetch; the threaded stand-in shows the sliced path itself. On a small machine these figures
-show where the limit is here, not what GCS gives a g2-standard-8.
+one request at a time and copies the whole object for each request, so its figures show the emulator,
+not the fetch; the threaded stand-in shows the fetch itself. The sha256 runs alongside the download
+(it follows the written prefix), so on a 2-core machine the servers, the streams and the hash share
+two CPUs: these figures show where the limit is here, not what GCS gives a g2-standard-8.
 """
 
 from __future__ import annotations

@@ -414,7 +414,10 @@ def hf_resolve(repo: str, revision: str, filename: str) -> HfFile:
     resolve_url = url
     what = f"resolve {repo}@{revision}/{filename}"
     for _ in range(MAX_REDIRECTS + 1):
-        reply: Reply = with_retries(what, functools.partial(_checked_head, url, what))
+        try:
+            reply: Reply = with_retries(what, functools.partial(_checked_head, url, what))
+        except NotFoundError as exc:
+            raise NotFoundError(f"{exc} (no such repo, revision or file on the hub)") from None
         linked = _strip_etag(reply.header("X-Linked-Etag")) or _strip_etag(reply.header("ETag"))
         size_text = reply.header("X-Linked-Size") or reply.header("Content-Length")
         commit = reply.header("X-Repo-Commit")

@@ -28,12 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infra.config import PROJECT, ConfigError, StackConfig, parse_config
 from qwen36 import fetch
 
 if TYPE_CHECKING:
     from google.cloud import storage
     from rich.progress import Progress
+
+    from infra.config import StackConfig
 
 # GCS takes resumable chunks in multiples of 256 KiB; 16 MiB keeps a lost chunk cheap to resend.
 # https://cloud.google.com/storage/docs/performing-resumable-uploads#chunked-upload
@@ -99,6 +100,8 @@ def stack_bucket(stack: str) -> str:
 def load_stack_config(stack: str, project_dir: Path) -> StackConfig:
     import yaml
 
+    from infra.config import PROJECT, ConfigError, parse_config
+
     path = project_dir / f"Pulumi.{stack}.yaml"
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -158,7 +161,7 @@ def stage(
             fetch.fetch_hf(
                 cfg.model_repo, cfg.model_revision, cfg.model_file, str(path), sha256, size, callback=update
             )
-        say(f"{path}: sha256 {sha256} verified")
+        say(f"{path}: sha256 {sha256} verified (kept for reruns; delete it once staged to free the space)")
         with _task(progress, "crc32c of the download", size) as update:
             _crc_file(path, crc, update)
     crc32c = base64.b64encode(crc.digest()).decode("ascii")
