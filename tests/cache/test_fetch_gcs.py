@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import ast
 import itertools
+import json
 import re
 import shutil
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -367,3 +370,48 @@ def test_interrupted_vm_upload_resumes(gcs: Gcs, proxy: CountingProxy, big_file:
     assert blob.size == big_file.size
     assert blob.metadata == {"sha256": big_file.sha256, "size": str(big_file.size)}
     assert not Path(str(big_file.path) + ".upload.json").exists()
+
+
+def test_gcs_token_comes_from_the_metadata_server_and_is_reused() -> None:
+    """On the VM there is no emulator: the service account's token comes from the metadata server
+    (a stand-in here, the one boundary this machine cannot reach)."""
+    requests: list[tuple[str, str]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            requests.append((self.path, self.headers.get("Metadata-Flavor", "")))
+            body = json.dumps(
+                {"access_token": "ya29.token", "expires_in": 3599, "token_type": "Bearer"}
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        auth = fetch.GcsAuth(True, f"http://127.0.0.1:{server.server_address[1]}")
+        first = auth.headers()
+        second = auth.headers()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert first == second == {"Authorization": "Bearer ya29.token"}
+    assert requests == [("/computeMetadata/v1/instance/service-accounts/default/token", "Google")]
+
+
+def test_without_an_emulator_the_real_endpoint_and_a_token_are_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
+    monkeypatch.setenv("QWEN36_METADATA_URL", "http://169.254.169.254")
+
+    gcs = fetch.Gcs.from_env()
+
+    assert gcs.endpoint == "https://storage.googleapis.com"
+    assert gcs.media_url("b", "models/a/b.gguf", "7") == (
+        "https://storage.googleapis.com/download/storage/v1/b/b/o/models%2Fa%2Fb.gguf?alt=media&generation=7"
+    )

@@ -312,3 +312,44 @@ def test_upload_state_is_keyed_by_bucket_object_and_sha256(tmp_path: Path) -> No
     assert one != state_file(tmp_path, Target("b", "o2"), "a" * 64)
     assert one != state_file(tmp_path, Target("b", "o"), "b" * 64)
     assert json.dumps(str(one))
+
+
+def test_truncated_object_is_replaced(
+    gcs: Gcs, small_file: Blob, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    half = tmp_path / "half.gguf"
+    half.write_bytes(small_file.path.read_bytes()[: small_file.size // 2])
+    gcs.put(
+        OBJECT,
+        Blob(half, small_file.sha256, small_file.size // 2),
+        {
+            "sha256": small_file.sha256,
+            "size": str(small_file.size),
+        },
+    )
+    project = _project(tmp_path, modelSha256=small_file.sha256)
+
+    code, out = _stage(capsys, project, "--from-file", str(small_file.path), "--bucket", gcs.bucket.name)
+
+    assert code == 0, out
+    assert f"{small_file.size // 2} bytes (metadata size {small_file.size})" in out
+    blob = gcs.bucket.get_blob(OBJECT)
+    assert blob is not None
+    assert blob.size == small_file.size
+
+
+def test_an_upload_that_does_not_match_the_local_file_is_deleted(gcs: Gcs, small_file: Blob) -> None:
+    """The post-upload check: GCS's crc32c of what it stored against the local file's."""
+    from qwen36.stage import StageError, Target
+    from qwen36.stage_gcs import check_uploaded
+
+    gcs.put(OBJECT, small_file)
+    target = Target(gcs.bucket.name, OBJECT)
+
+    with pytest.raises(StageError) as raised:
+        check_uploaded(gcs.bucket, target, small_file.sha256, small_file.size, crc32c="AAAAAA==")
+
+    assert raised.value.exit_code == fetch.EXIT_VERIFY
+    assert f"{target.uri} was deleted" in str(raised.value)
+    assert "the local file has AAAAAA==" in str(raised.value)
+    assert gcs.bucket.get_blob(OBJECT) is None
