@@ -5,11 +5,14 @@ import pulumi
 from infra.api_key import ApiKey, ApiKeyArgs
 from infra.apis import Apis, ApisArgs
 from infra.config import deployment_name, load_config, load_gcp_project
+from infra.health_gate import HealthGate, HealthGateArgs
 from infra.identity import Identity, IdentityArgs
 from infra.model_cache import ModelCache, ModelCacheArgs
 from infra.network import NetworkAccess, NetworkAccessArgs
 from infra.outputs import export_all
-from infra.server import Server, ServerArgs, stock_image
+from infra.server import Server, ServerArgs
+from infra.server_args import PORT
+from infra.tooling_image import ToolingImage, ToolingImageArgs, choose_server_image
 
 # Both read and validated before any resource is declared: a bad value stops here.
 cfg = load_config()
@@ -54,8 +57,13 @@ api_key = (
     else None
 )
 
-# The tooling image (docker and the server image baked in) replaces the stock image here once built.
-image = stock_image(cfg)
+# The tooling image has docker and the server image baked in; without one the stock image is used.
+tooling = (
+    ToolingImage("tooling", ToolingImageArgs(cfg=cfg, project=project, depends_on=[apis]))
+    if cfg.build_tooling_image
+    else None
+)
+boot_image = choose_server_image(cfg, project, tooling)
 
 server = Server(
     "server",
@@ -63,7 +71,7 @@ server = Server(
         cfg=cfg,
         project=project,
         instance_name=name,
-        image=image,
+        image=boot_image.image,
         service_account_email=identity.email,
         bucket=cache.bucket_name,
         api_key_secret=api_key.secret_id if api_key else None,
@@ -74,17 +82,31 @@ server = Server(
     ),
 )
 
-# --- Health gate (infra/health_gate.py) is wired here by the lead: it waits for the boot's
-# --- "ready" guest attribute, re-triggered by server.startup_script_sha256.
+# `pulumi up` ends only when the server answers: over HTTP when a source range is open, else by
+# the boot's own report in guest attributes. A new VM or a changed boot script waits again.
+gate = HealthGate(
+    "health",
+    HealthGateArgs(
+        instance=server.instance,
+        zone=server.zone,
+        project=project,
+        startup_script_sha256=server.startup_script_sha256,
+        url=server.static_ip.apply(lambda ip: f"http://{ip}:{PORT}") if cfg.public_endpoint else None,
+        api_key=api_key.api_key if api_key else None,
+        timeout_minutes=cfg.health_timeout_minutes,
+    ),
+)
 
 export_all(
     cfg,
     project=project,
     instance_name=server.instance_name,
     zone=server.zone,
-    static_ip=server.static_ip,
+    static_ip=gate.after(server.static_ip),
     bucket=cache.bucket_name,
     model_uri=cache.model_uri,
     api_key=api_key.api_key if api_key else None,
 )
 pulumi.export("startupScriptSha256", server.startup_script_sha256)
+pulumi.export("bootImage", boot_image.image)
+pulumi.export("bootImageNote", boot_image.summary)

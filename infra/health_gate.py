@@ -72,7 +72,7 @@ class HealthGate(pulumi.ComponentResource):
     """Resolves (True) once the server answered; ``after()`` holds any output back until then."""
 
     def __init__(self, name: str, args: HealthGateArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("qwen36:index:HealthGate", name, None, opts)
+        super().__init__("qwen36:infra:HealthGate", name, None, opts)
         depends_on: list[pulumi.Resource] = []
         if isinstance(args.instance, gcp.compute.Instance):
             instance_name: pulumi.Input[str] = args.instance.name

@@ -229,7 +229,7 @@ class ToolingImage(pulumi.ComponentResource):
     """The family reference for a server boot disk; resolves only once the image exists."""
 
     def __init__(self, name: str, args: ToolingImageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("qwen36:index:ToolingImage", name, None, opts)
+        super().__init__("qwen36:infra:ToolingImage", name, None, opts)
         cfg = args.cfg
         self.family = tooling_family(cfg.llama_cpp_build)
         script = render_bake_script(cfg)

@@ -114,7 +114,7 @@ def test_gate_runs_after_the_instance_and_holds_exports_back() -> None:
     command = command_of(monitor)
     assert monitor.registrations["server-vm"].urn in command.dependencies, "the wait must start after the VM"
     assert monitor.registrations["gate-wait"].urn.endswith(
-        "qwen36:index:HealthGate$command:local:Command::gate-wait"
+        "qwen36:infra:HealthGate$command:local:Command::gate-wait"
     )
     assert monitor.results == [True, "http://203.0.113.7:8080"]
 

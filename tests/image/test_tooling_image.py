@@ -66,7 +66,7 @@ def _bake(
 def test_pipeline_has_the_five_steps_under_the_component() -> None:
     _, regs, _ = _bake()
     component = regs["tooling"]
-    assert component.type == "qwen36:index:ToolingImage"
+    assert component.type == "qwen36:infra:ToolingImage"
     assert [regs[name].type for name in PIPELINE] == [COMMAND, COMMAND, COMMAND, IMAGE, COMMAND]
     for name in PIPELINE:
         assert "ToolingImage$" in regs[name].urn, f"{name} is not parented to the component"

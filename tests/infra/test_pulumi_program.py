@@ -46,6 +46,7 @@ def test_components_own_their_children(deployed: Deployment) -> None:
         "identity": "qwen36:infra:Identity",
         "api-key": "qwen36:infra:ApiKey",
         "server": "qwen36:infra:Server",
+        "health": "qwen36:infra:HealthGate",
     }
     urns = {name: deployed.registrations[name].urn for name in components}
     for resource in deployed.resources:
