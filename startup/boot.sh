@@ -68,8 +68,12 @@ CURRENT_PHASE=$PHASE_BOOT
 DEGRADED=0
 KEY_CHANGED=0
 
+scaled() {
+  awk -v s="$1" -v k="$TIME_SCALE" 'BEGIN { printf "%.3f", s * k }'
+}
+
 nap() {
-  sleep "$(awk -v s="$1" -v k="$TIME_SCALE" 'BEGIN { printf "%.3f", s * k }')"
+  sleep "$(scaled "$1")"
 }
 
 utc_now() {
@@ -80,11 +84,18 @@ log() {
   printf '%s qwen36: %s\n' "$(utc_now)" "$*"
 }
 
-put_attr() {
+put_attrs() {
+  # One curl for all the keys (--next starts the next request), so a report costs one process.
   # NOTE: guest attributes need the metadata header and enable-guest-attributes=TRUE on the VM.
   # https://cloud.google.com/compute/docs/metadata/manage-guest-attributes
-  curl -fsS -X PUT --max-time "$GUEST_ATTR_TIMEOUT_S" -H 'Metadata-Flavor: Google' \
-    --data-binary "$2" "$GA_URL/$1" >/dev/null 2>&1 || log "warning: could not write guest attribute $1"
+  local -a requests=()
+  while (($# >= 2)); do
+    ((${#requests[@]} == 0)) || requests+=(--next)
+    requests+=(-fsS -o /dev/null -X PUT --max-time "$GUEST_ATTR_TIMEOUT_S" -H 'Metadata-Flavor: Google'
+      --data-raw "$2" "$GA_URL/$1")
+    shift 2
+  done
+  curl "${requests[@]}" 2>/dev/null || log "warning: could not write guest attributes"
 }
 
 report() {
@@ -95,9 +106,7 @@ report() {
   if [[ -e $FAILED_FLAG && $phase != "$PHASE_FAILED" ]]; then
     return 0
   fi
-  put_attr "$GA_KEY_DETAIL" "$detail"
-  put_attr "$GA_KEY_TIME" "$now"
-  put_attr "$GA_KEY_PHASE" "$phase"
+  put_attrs "$GA_KEY_DETAIL" "$detail" "$GA_KEY_TIME" "$now" "$GA_KEY_PHASE" "$phase"
 }
 
 fail() {
@@ -439,7 +448,8 @@ step_server() {
 step_ready() {
   CURRENT_PHASE=$PHASE_SERVER
   report "$PHASE_SERVER" "waiting for $HEALTH_URL"
-  local i
+  local i pause
+  pause=$(scaled "$HEALTH_POLL_S")
   for ((i = 0; i < HEALTH_POLLS; i++)); do
     if curl -fsS --max-time "$HEALTH_PROBE_TIMEOUT_S" "$HEALTH_URL" >/dev/null 2>&1; then
       local detail
@@ -450,7 +460,7 @@ step_ready() {
       report "$PHASE_READY" "$detail"
       return 0
     fi
-    nap "$HEALTH_POLL_S"
+    sleep "$pause"
   done
   local tail_lines
   tail_lines=$(timeout "$DOCKER_CMD_TIMEOUT_S" docker logs --tail "$LOG_TAIL_LINES" "$CONTAINER_NAME" 2>&1 |

@@ -63,7 +63,7 @@ def hub(model: Model) -> Iterator[HfServer]:
 def stage(gcs_endpoint: str, bucket: str, name: str, src: Path, sha256: str) -> None:
     """Put the model in the cache bucket the way staging does: the fetch tool's own upload."""
     env = {"STORAGE_EMULATOR_HOST": gcs_endpoint, "PATH": "/usr/bin:/bin"}
-    _create_bucket(gcs_endpoint, bucket)
+    create_bucket(gcs_endpoint, bucket)
     subprocess.run(
         [base_python(), str(FETCH_TOOL_PATH), "upload", "--bucket", bucket, "--object", name,
          "--src", str(src), "--sha256", sha256],
@@ -71,7 +71,7 @@ def stage(gcs_endpoint: str, bucket: str, name: str, src: Path, sha256: str) -> 
     )  # fmt: skip
 
 
-def _create_bucket(gcs_endpoint: str, bucket: str) -> None:
+def create_bucket(gcs_endpoint: str, bucket: str) -> None:
     import json
     import urllib.request
 
@@ -117,7 +117,7 @@ def make_sandbox(tmp_path: Path, gcs: str, hub: HfServer, model: Model) -> Itera
         if cached:
             stage(gcs, bucket, model_object_name(cfg), model.path, model.sha256)
         else:
-            _create_bucket(gcs, bucket)
+            create_bucket(gcs, bucket)
         script = render_boot_script(
             cfg, bucket=bucket, api_key_secret=SECRET if api_key else None, project=PROJECT_ID
         )
