@@ -225,3 +225,31 @@ def test_hf_server_runs_as_a_process(small_file: Blob, tmp_path: Path) -> None:
         server.terminate()
         server.wait(timeout=10)
     assert done.returncode == 0, done.stderr
+
+
+def test_interrupted_sliced_download_resumes_every_range(
+    hub: HfServer, small_file: Blob, tmp_path: Path
+) -> None:
+    hub.add_file(REPO, FILE, small_file.path)
+    dest = tmp_path / "model.gguf"
+    first_part = small_file.size // 2
+    hub.stall_after(first_part)
+
+    process = start_fetch(*_hf_args(dest, "--slices", "4"))
+    try:
+        assert hub.stalled.wait(STALL_WAIT_S)
+        _wait_for(lambda: _checkpointed_bytes(dest) >= first_part, "a checkpoint of the bytes sent")
+        process.kill()
+        process.communicate(timeout=STALL_WAIT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    hub.release()
+    served_before = hub.bytes_served
+
+    done = run_fetch(*_hf_args(dest, "--slices", "4"))
+
+    assert done.returncode == 0, done.stderr
+    assert dest.read_bytes() == small_file.path.read_bytes()
+    assert hub.bytes_served - served_before == small_file.size - first_part, "no byte fetched twice"
