@@ -28,7 +28,8 @@ import httpx
 from infra import boot_protocol
 
 HTTP_REQUEST_TIMEOUT_S = 10.0
-COMPUTE_REQUEST_TIMEOUT_S = 30.0
+# Short enough that a hung API call cannot stretch the wait much past its deadline.
+COMPUTE_REQUEST_TIMEOUT_S = 15.0
 DEFAULT_POLL_S = 5.0
 HEARTBEAT_S = 30.0
 SERIAL_TAIL_LINES = 30

@@ -27,6 +27,9 @@ def gemma_model() -> Path:
         if not target.is_file():
             partial = target.with_name(f"{GEMMA_FILE}.{os.getpid()}.partial")
             # assemble() checks the package's sha256; the rename publishes only a verified file.
-            assemble(partial, overwrite=True)
-            partial.rename(target)
+            try:
+                assemble(partial, overwrite=True)
+                partial.rename(target)
+            finally:
+                partial.unlink(missing_ok=True)
     return target
