@@ -23,6 +23,7 @@ size and sha256 match is renamed to PATH.
 from __future__ import annotations
 
 import argparse
+import base64
 import functools
 import hashlib
 import http.client
@@ -304,6 +305,7 @@ class ObjectInfo:
     generation: str
     sha256: str
     meta_size: int | None
+    md5: str = ""
 
     @property
     def uri(self) -> str:
@@ -332,6 +334,7 @@ def gcs_object_info(gcs: Gcs, bucket: str, name: str) -> ObjectInfo:
         generation=str(data.get("generation", "")),
         sha256=str(metadata.get("sha256", "")).strip().lower(),
         meta_size=int(meta_size) if meta_size.isdigit() else None,
+        md5=str(data.get("md5Hash", "")),
     )
 
 
@@ -419,7 +422,10 @@ def hf_resolve(repo: str, revision: str, filename: str) -> HfFile:
         except NotFoundError as exc:
             raise NotFoundError(f"{exc} (no such repo, revision or file on the hub)") from None
         linked = _strip_etag(reply.header("X-Linked-Etag")) or _strip_etag(reply.header("ETag"))
-        size_text = reply.header("X-Linked-Size") or reply.header("Content-Length")
+        # A redirect's Content-Length is its own small body's, never the file's.
+        size_text = reply.header("X-Linked-Size") or (
+            reply.header("Content-Length") if reply.status < 300 else ""
+        )
         commit = reply.header("X-Repo-Commit")
         location = reply.header("Location")
         reply.close()
@@ -780,10 +786,7 @@ def _download_once(
     fd = os.open(_partial_path(dest), os.O_RDWR | os.O_CREAT, 0o644)
     threads: list[threading.Thread] = []
     try:
-        if size and hasattr(os, "posix_fallocate"):
-            os.posix_fallocate(fd, 0, size)
-        else:
-            os.ftruncate(fd, size)
+        _preallocate(fd, size, dest)
         _save_state(dest, source, size, pieces, fd)
         reporter = Reporter(source.label, size, progress_url, callback)
         reporter.start_bytes = sum(p.done for p in pieces)
@@ -794,6 +797,17 @@ def _download_once(
         # A worker still blocked in a read could write after close into whatever reuses the fd number.
         if not any(t.is_alive() for t in threads):
             os.close(fd)
+
+
+def _preallocate(fd: int, size: int, dest: str) -> None:
+    """Reserve the whole file up front: a full disk fails here, at once, not mid-download."""
+    try:
+        if size and hasattr(os, "posix_fallocate"):
+            os.posix_fallocate(fd, 0, size)
+        else:
+            os.ftruncate(fd, size)
+    except OSError as exc:
+        raise FetchError(f"cannot reserve {size} bytes for {_partial_path(dest)}: {exc.strerror}") from exc
 
 
 def _run_workers(
@@ -1003,33 +1017,48 @@ def upload_gcs(
     sha256: str,
     callback: ProgressCallback | None = None,
 ) -> str:
-    """Resumable JSON-API upload with sha256 and size as custom metadata; returns what it did."""
+    """Resumable JSON-API upload with sha256 and size as custom metadata; returns what it did.
+
+    The file is verified first and its md5 goes into the session's metadata, so GCS itself refuses
+    to finish an upload whose bytes differ from the file's.
+    https://cloud.google.com/storage/docs/json_api/v1/objects/insert (md5Hash in the resource)
+    """
     gcs = Gcs.from_env()
     size = Path(src).stat().st_size
+    state_path = src + ".upload.json"
     try:
         info = gcs_object_info(gcs, bucket, name)
         if info.sha256 == sha256 and info.size == size and info.meta_size in (None, size):
+            Path(state_path).unlink(missing_ok=True)
             return "already staged"
     except BucketNotFoundError:
         raise
     except NotFoundError:
         pass
-    verify_file(src, sha256, size, label=src)
-    state_path = src + ".upload.json"
+    md5 = hashlib.md5(usedforsecurity=False)
+    verify_file(src, sha256, size, label=src, also=[md5])
+    md5_b64 = base64.b64encode(md5.digest()).decode("ascii")
     key = {"bucket": bucket, "object": name, "sha256": sha256, "size": size}
     session = _load_upload_session(state_path, key)
     offset = _committed_offset(gcs, session, size) if session else None
-    if session is None or offset is None:
-        session = _start_session(gcs, bucket, name, sha256, size)
+    resumed = False
+    if session is not None and offset is not None:
+        try:
+            _send_chunks(gcs, session, src, size, offset, callback)
+            resumed = True
+        except FetchError as exc:
+            print(f"fetch: the earlier upload session failed ({exc}); starting a new one", file=sys.stderr)
+    if not resumed:
+        session = _start_session(gcs, bucket, name, sha256, size, md5_b64)
         offset = 0
         Path(state_path).write_text(json.dumps({**key, "session": session}), encoding="utf-8")
-    _send_chunks(gcs, session, src, size, offset, callback)
+        _send_chunks(gcs, session, src, size, 0, callback)
     Path(state_path).unlink(missing_ok=True)
     info = gcs_object_info(gcs, bucket, name)
-    if info.size != size or info.sha256 != sha256:
+    if info.size != size or info.sha256 != sha256 or (info.md5 and info.md5 != md5_b64):
         raise VerifyError(
-            f"gs://{bucket}/{name}: uploaded {size} bytes sha256 {sha256}, the object says "
-            f"{info.size} bytes sha256 {info.sha256 or '(none)'}"
+            f"gs://{bucket}/{name}: uploaded {size} bytes with sha256 {sha256} and md5 {md5_b64}, the object "
+            f"holds {info.size} bytes, sha256 {info.sha256 or '(none)'}, md5 {info.md5 or '(none)'}"
         )
     return "resumed" if offset else "uploaded"
 
@@ -1044,9 +1073,10 @@ def _load_upload_session(path: str, key: dict[str, Any]) -> str | None:
     return str(state.get("session") or "") or None
 
 
-def _start_session(gcs: Gcs, bucket: str, name: str, sha256: str, size: int) -> str:
+def _start_session(gcs: Gcs, bucket: str, name: str, sha256: str, size: int, md5_b64: str) -> str:
     what = f"start an upload to gs://{bucket}/{name}"
-    body = json.dumps({"name": name, "metadata": {"sha256": sha256, "size": str(size)}}).encode()
+    resource = {"name": name, "md5Hash": md5_b64, "metadata": {"sha256": sha256, "size": str(size)}}
+    body = json.dumps(resource).encode()
     headers = {
         **gcs.auth.headers(),
         "Content-Type": "application/json; charset=UTF-8",

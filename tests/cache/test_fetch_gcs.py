@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import base64
+import hashlib
 import itertools
 import json
 import re
@@ -269,6 +271,12 @@ def test_upload_stores_sha256_and_size_and_is_idempotent(gcs: Gcs, small_file: B
     assert blob is not None
     assert blob.metadata == {"sha256": small_file.sha256, "size": str(small_file.size)}
     assert blob.size == small_file.size
+    assert (
+        blob.md5_hash
+        == base64.b64encode(
+            hashlib.md5(small_file.path.read_bytes(), usedforsecurity=False).digest()
+        ).decode()
+    )
 
 
 def test_upload_refuses_a_file_that_is_not_the_expected_one(
@@ -415,3 +423,39 @@ def test_without_an_emulator_the_real_endpoint_and_a_token_are_used(monkeypatch:
     assert gcs.media_url("b", "models/a/b.gguf", "7") == (
         "https://storage.googleapis.com/download/storage/v1/b/b/o/models%2Fa%2Fb.gguf?alt=media&generation=7"
     )
+
+
+def test_a_file_that_changes_during_the_upload_never_becomes_the_object(
+    gcs: Gcs, proxy: CountingProxy, big_file: Blob, tmp_path: Path
+) -> None:
+    """The md5 of the verified file goes into the session; GCS refuses bytes that do not match it."""
+    src = tmp_path / "model.gguf"
+    shutil.copyfile(big_file.path, src)
+    proxy.reset_count()
+    proxy.stall_after(big_file.size // 2)
+    upload = start_fetch(
+        "upload",
+        "--bucket",
+        gcs.bucket.name,
+        "--object",
+        MODEL_OBJECT,
+        "--src",
+        str(src),
+        "--sha256",
+        big_file.sha256,
+    )
+    try:
+        assert proxy.stalled.wait(STALL_WAIT_S)
+        with src.open("r+b") as handle:
+            handle.seek(big_file.size - 4096)
+            handle.write(b"\xff" * 4096)
+        proxy.drop()  # the connection breaks; the tool resumes from what GCS holds, with the new bytes
+        _, stderr = upload.communicate(timeout=STALL_WAIT_S)
+    finally:
+        if upload.poll() is None:
+            upload.kill()
+            upload.communicate()
+
+    assert upload.returncode == fetch.EXIT_ERROR, stderr
+    assert "MD5" in stderr
+    assert gcs.bucket.get_blob(MODEL_OBJECT) is None
