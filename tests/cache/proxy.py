@@ -76,10 +76,8 @@ class CountingProxy:
     def _pump(self, source: socket.socket, sink: socket.socket, upward: bool) -> None:
         try:
             while data := source.recv(BUFFER):
-                if upward:
-                    data = self._admit(data)
-                    if data is None:
-                        return
+                if upward and not self._admit(len(data)):
+                    return
                 sink.sendall(data)
         except OSError:
             pass
@@ -87,12 +85,12 @@ class CountingProxy:
             with contextlib.suppress(OSError):
                 sink.shutdown(socket.SHUT_WR)
 
-    def _admit(self, data: bytes) -> bytes | None:
+    def _admit(self, nbytes: int) -> bool:
         """Count bytes going up; a read that would pass the stall point freezes the connection."""
         with self._lock:
-            if self._stall_at is None or self.sent_upstream + len(data) <= self._stall_at:
-                self.sent_upstream += len(data)
-                return data
+            if self._stall_at is None or self.sent_upstream + nbytes <= self._stall_at:
+                self.sent_upstream += nbytes
+                return True
         self.stalled.set()
         self._unfreeze.wait(STALL_LIMIT_S)
-        return None
+        return False
