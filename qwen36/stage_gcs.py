@@ -27,8 +27,10 @@ from qwen36.stage import StageError, Target
 
 CONTENT_TYPE = "application/octet-stream"
 GCS_TIMEOUT_S = 120
-# Chunk failures in a row before the run stops (the state file keeps the session for a rerun).
+# Chunk failures in a row before the run stops (the state file keeps the session for a rerun), and
+# the library's own retrying of one chunk, capped well below its 10-minute default.
 MAX_CHUNK_ATTEMPTS = 5
+CHUNK_RETRY_S = 60.0
 
 Say = Callable[[str], None]
 
@@ -73,7 +75,7 @@ def staged_state(bucket: storage.Bucket, name: str, sha256: str, size: int) -> t
 class SessionUpload(ResumableUpload):
     """A ResumableUpload attached to an existing session URL. The library only starts new sessions,
     but its ``recover()`` (ask GCS for the committed offset, seek the stream there) is what a rerun
-    needs; these four fields are what ``initiate()`` would have set."""
+    needs; the first four fields are what ``initiate()`` would have set."""
 
     def __init__(self, url: str, stream: IO[bytes], size: int, chunk_size: int) -> None:
         super().__init__(url, chunk_size)
@@ -81,6 +83,7 @@ class SessionUpload(ResumableUpload):
         self._stream = stream
         self._total_bytes = size
         self._content_type = CONTENT_TYPE
+        self._retry_strategy = common.RetryStrategy(max_cumulative_retry=CHUNK_RETRY_S)
 
 
 def state_file(cache_dir: Path, target: Target, sha256: str) -> Path:
