@@ -45,7 +45,8 @@ class LaunchError(Exception):
 class RunningServer:
     base_url: str
     api_key: str | None
-    log_tail: Callable[[], str]
+    log: Callable[[], str]
+    alive: Callable[[], bool]
 
 
 class Launcher(Protocol):
@@ -126,10 +127,13 @@ class LocalLauncher:
                 def log() -> str:
                     return log_path.read_text(errors="replace")
 
+                def alive() -> bool:
+                    return process.poll() is None
+
                 try:
                     url = f"http://127.0.0.1:{port}"
-                    wait_healthy(url, lambda: process.poll() is None, log, self.startup_timeout_s)
-                    yield RunningServer(url, self.api_key, log)
+                    wait_healthy(url, alive, log, self.startup_timeout_s)
+                    yield RunningServer(url, self.api_key, log, alive)
                 finally:
                     process.terminate()
                     try:
@@ -193,6 +197,6 @@ class DockerLauncher:
         try:
             url = f"http://127.0.0.1:{self.host_port}"
             wait_healthy(url, alive, log, self.startup_timeout_s)
-            yield RunningServer(url, key, log)
+            yield RunningServer(url, key, log, alive)
         finally:
             self._docker("rm", "--force", self.name)

@@ -18,7 +18,7 @@ from typing import Any
 from infra.config import ConfigError, StackConfig, config_key, parse_config
 from qwen36.bench.bench import run_bench
 from qwen36.bench.client import Client, EndpointError
-from qwen36.bench.launcher import Launcher, LaunchError
+from qwen36.bench.launcher import Launcher, LaunchError, last_lines
 from qwen36.bench.load import run_load
 from qwen36.bench.workloads import Workload
 
@@ -199,25 +199,37 @@ def probe_ctx(launcher: Launcher, cfg: StackConfig, timeout_s: float) -> CtxProb
     """Start at ``cfg.ctx_size`` and fill every slot at once with a prompt as long as the slot holds."""
     try:
         with launcher.launch(cfg) as server:
-            with Client(server.base_url, server.api_key, timeout_s) as client:
-                slot_ctx = client.slot_context()
-                token = client.tokenize(FILL_TEXT)[0]
-            fill = max(1, slot_ctx - FILL_GEN_TOKENS - FILL_MARGIN)
-
-            def fill_slot(_slot: int) -> int:
-                with Client(server.base_url, server.api_key, timeout_s) as slot_client:
-                    return slot_client.complete_tokens([token] * fill, FILL_GEN_TOKENS).prompt_n
-
-            with ThreadPoolExecutor(max_workers=cfg.parallel) as pool:
-                list(pool.map(fill_slot, range(cfg.parallel)))
-            with Client(server.base_url, server.api_key, timeout_s) as client:
-                client.check_health()
+            try:
+                slot_ctx, fill = _fill_slots(server.base_url, server.api_key, cfg.parallel, timeout_s)
+            except EndpointError as exc:
+                if not server.alive():
+                    return CtxProbe(
+                        cfg.ctx_size, False, f"died with its context full: {last_lines(server.log())}"
+                    )
+                return CtxProbe(cfg.ctx_size, False, f"failed with its context full: {exc.message}")
     except LaunchError as exc:
         return CtxProbe(cfg.ctx_size, False, f"did not load: {exc}")
-    except EndpointError as exc:
-        return CtxProbe(cfg.ctx_size, False, f"failed with a full context: {exc.message}")
     slots = f"{cfg.parallel} slots" if cfg.parallel > 1 else "one slot"
     return CtxProbe(cfg.ctx_size, True, f"loaded; {slots} of {slot_ctx} tokens filled with {fill} each")
+
+
+def _fill_slots(url: str, api_key: str | None, slots: int, timeout_s: float) -> tuple[int, int]:
+    with Client(url, api_key, timeout_s) as client:
+        slot_ctx = client.slot_context()
+        token = client.tokenize(FILL_TEXT)[0]
+    fill = max(1, slot_ctx - FILL_GEN_TOKENS - FILL_MARGIN)
+
+    def fill_slot(_slot: int) -> int:
+        with Client(url, api_key, timeout_s) as slot_client:
+            slot_client.seen_alive = True
+            return slot_client.complete_tokens([token] * fill, FILL_GEN_TOKENS).prompt_n
+
+    with ThreadPoolExecutor(max_workers=slots) as pool:
+        list(pool.map(fill_slot, range(slots)))
+    with Client(url, api_key, timeout_s) as client:
+        client.seen_alive = True
+        client.check_health()
+    return slot_ctx, fill
 
 
 def search_ctx(

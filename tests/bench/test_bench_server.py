@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 import time
 from collections.abc import Callable
@@ -30,8 +31,12 @@ def test_agreeing_mtp_heads_report_acceptance_for_every_workload(
     cli: Callable[..., CliRun], llama_server_bin: Path, tiny_mtp_model_agreeing: Path, tmp_path: Path
 ) -> None:
     with serve(llama_server_bin, tiny_mtp_model_agreeing, tmp_path, spec_draft_n_max=2) as server:
-        run = cli("bench", "--url", server.base_url, *QUICK, "--json")
+        run = cli("bench", "--url", server.base_url, *QUICK, "--json", "--png", str(tmp_path / "bench.png"))
     assert run.code == 0, run.err
+    if importlib.util.find_spec("matplotlib") is None:
+        assert "--png needs matplotlib" in run.err
+    else:
+        assert (tmp_path / "bench.png").read_bytes().startswith(b"\x89PNG")
     doc = run.json()
     validate(doc, "bench.schema.json")
     assert doc["complete"] and doc["completed"] == doc["planned"] == len(WORKLOAD_NAMES)

@@ -6,10 +6,12 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from infra.llama_cpp import server_image
 from infra.server_args import CONTAINER_API_KEY_FILE, container_model_path, server_args
 from qwen36.bench.launcher import DockerLauncher
-from tests.bench.servers import CliRun, make_config, validate
+from tests.bench.servers import ONE_ARENA, CliRun, make_config, min_address_space, survives_under, validate
 
 # The stack config tune starts from: test threads, a small context (degraded ctx must stay below it).
 TEST_SETTINGS = ("--set", "threads=2", "--set", "ctxSize=2048", "--set", "degradedCtxSize=1024")
@@ -22,7 +24,8 @@ def test_n_max_and_parallel_sweeps_name_a_winner_and_the_config_lines(
     run = cli(
         "tune", "--launcher", "local", "--server-bin", str(llama_server_bin),
         "--model", str(tiny_mtp_model_agreeing), *TEST_SETTINGS,
-        "--sweep", "n-max", "--n-max", "0,2", "--sweep", "parallel", "--parallel", "1,2",
+        "--sweep", "n-max", "--n-max", "0,2", "--sweep", "p-min", "--p-min", "0,0.5",
+        "--sweep", "parallel", "--parallel", "1,2",
         "--reps", "1", "--max-tokens", "32", "--workloads", "chat,math", "--json", str(out),
     )  # fmt: skip
     assert run.code == 0, run.err
@@ -39,6 +42,12 @@ def test_n_max_and_parallel_sweeps_name_a_winner_and_the_config_lines(
     n_max = best["setting"]["spec_draft_n_max"]
     assert doc["winners"]["spec_draft_n_max"] == n_max
 
+    # p-min runs on top of the winning n-max (it only matters with drafts).
+    p_trials = {t["setting"]["spec_draft_p_min"]: t for t in doc["spec_draft_p_min"]}
+    assert set(p_trials) == {0.0, 0.5} and all(t["ok"] for t in p_trials.values())
+    p_min = max(p_trials.values(), key=lambda t: t["min_decode_tps"])["setting"]["spec_draft_p_min"]
+    assert doc["winners"].get("spec_draft_p_min") == (p_min if n_max > 0 else None)
+
     slots = {t["setting"]["parallel"]: t for t in doc["parallel"]}
     assert set(slots) == {1, 2} and all(t["ok"] and t["failed_requests"] == 0 for t in slots.values())
     assert slots[2]["requests"] == 2 * slots[1]["requests"]
@@ -47,6 +56,7 @@ def test_n_max_and_parallel_sweeps_name_a_winner_and_the_config_lines(
 
     expected = [
         f"pulumi config set qwen36-mtp-l4:specDraftNMax {n_max}",
+        *([f"pulumi config set qwen36-mtp-l4:specDraftPMin {p_min:g}"] if n_max > 0 else []),
         f"pulumi config set qwen36-mtp-l4:parallel {fastest}",
     ]
     assert doc["pulumi_config"] == expected
@@ -71,3 +81,52 @@ def test_docker_launcher_runs_the_pinned_image_with_the_shared_flag_list(tmp_pat
     assert command[split + 1 :] == server_args(
         cfg, model_path=container_model_path(cfg), api_key_file=CONTAINER_API_KEY_FILE
     )
+
+
+CTX_LOW, CTX_HIGH, CTX_RESOLUTION = 1024, 8192, 512
+# Address space granted above what the server needs to survive a full CTX_LOW context: room for
+# ~2,800 more tokens of the tiny model (~0.9 KiB each, KV cache and buffers), so the real limit
+# falls inside the range, well away from both ends.
+HEADROOM = 5 * 1024**2 // 2
+
+
+def test_ctx_search_meets_a_real_allocation_failure(
+    cli: Callable[..., CliRun],
+    llama_server_bin: Path,
+    tiny_mtp_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(*next(iter(ONE_ARENA.items())))
+    limit = min_address_space(llama_server_bin, tiny_mtp_model, make_config(ctx_size=CTX_LOW)) + HEADROOM
+    # The limit is real: applied by util-linux prlimit, the small context survives, the large does not.
+    assert survives_under(llama_server_bin, tiny_mtp_model, make_config(ctx_size=CTX_LOW), limit)
+    assert not survives_under(llama_server_bin, tiny_mtp_model, make_config(ctx_size=CTX_HIGH), limit)
+
+    out = tmp_path / "tune.json"
+    run = cli(
+        "tune", "--launcher", "local", "--server-bin", str(llama_server_bin), "--model", str(tiny_mtp_model),
+        *TEST_SETTINGS, "--sweep", "ctx", "--ctx-min", str(CTX_LOW), "--ctx-max", str(CTX_HIGH),
+        "--ctx-resolution", str(CTX_RESOLUTION), "--memory-limit", str(limit), "--json", str(out),
+    )  # fmt: skip
+    assert run.code == 0, run.err
+    print(run.out)
+    doc = json.loads(out.read_text())
+    validate(doc, "tune.schema.json")
+    answer = doc["winners"]["ctx_size"]
+    assert CTX_LOW < answer < CTX_HIGH and answer % CTX_RESOLUTION == 0
+    assert not doc["ctx_size"]["at_upper_bound"]
+    probes = {p["ctx_size"]: p for p in doc["ctx_size"]["probes"]}
+    assert probes[answer]["ok"] and "filled" in probes[answer]["detail"]
+    above = probes[answer + CTX_RESOLUTION]
+    assert not above["ok"]
+    # What stopped it is the server's own failure: exit at load, death, or its error answer (bad_alloc).
+    assert above["detail"].startswith(
+        (
+            "did not load: llama-server exited",
+            "died with its context full",
+            "failed with its context full: the server answered HTTP 500",
+        )
+    )
+    assert all(p["ok"] == (size <= answer) for size, p in probes.items())
+    assert f"pulumi config set qwen36-mtp-l4:ctxSize {answer}" in run.out
