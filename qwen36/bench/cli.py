@@ -242,9 +242,9 @@ def cmd_load(args: argparse.Namespace) -> int:
     if result.errors_by_kind:
         first = next(iter(result.error_messages.values()))
         counts = ", ".join(f"{k} {n}" for k, n in result.errors_by_kind.items())
-        return _fail(
-            f"{sum(result.errors_by_kind.values())} of {result.sent} requests failed ({counts}): {first}"
-        )
+        stopped = ", stopped sending early" if result.stopped_early else ""
+        failed = sum(result.errors_by_kind.values())
+        return _fail(f"{failed} of {result.sent} requests failed ({counts}{stopped}): {first}")
     return 0
 
 

@@ -3,7 +3,9 @@
 The run is bounded by a request count, a duration, or both. Every request that was sent is
 recorded as one :class:`Outcome`: a success with its timings, or a named error kind. Requests in
 flight at the deadline are waited for (each is itself bounded by the request timeout), so the
-count of outcomes always equals the count of requests sent.
+count of outcomes always equals the count of requests sent. After an error that every further
+request would repeat (the server died or is gone, the key is refused) no new request is sent:
+the run stops early and says why, rather than piling up thousands of identical failures.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ import httpx
 
 from qwen36.bench.client import (
     CONNECT_TIMEOUT_S,
+    SERVER_DIED,
+    UNAUTHORIZED,
+    UNREACHABLE,
     Completion,
     EndpointError,
     chat_body,
@@ -31,6 +36,8 @@ from qwen36.bench.client import (
 )
 from qwen36.bench.defaults import DEFAULT_CLIENTS, DEFAULT_LOAD_MAX_TOKENS, DEFAULT_REQUEST_TIMEOUT_S
 from qwen36.bench.workloads import all_prompts
+
+STOP_KINDS = frozenset({SERVER_DIED, UNREACHABLE, UNAUTHORIZED})
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,7 @@ class LoadResult:
     wall_s: float = 0.0
     sent: int = 0
     startup_error: EndpointError | None = None
+    stopped_early: str | None = None
 
     @property
     def successes(self) -> list[Outcome]:
@@ -114,6 +122,8 @@ class _Run:
         self.seen_alive = False
 
     def take(self) -> tuple[int, str] | None:
+        if self.result.stopped_early is not None:
+            return None
         limit = self.result.request_limit
         if limit is not None and self.result.sent >= limit:
             return None
@@ -148,6 +158,8 @@ class _Run:
         while (job := self.take()) is not None:
             outcome = await self.one(http, *job, timeout_s)
             self.result.outcomes.append(outcome)
+            if outcome.error is not None and outcome.error.kind in STOP_KINDS:
+                self.result.stopped_early = self.result.stopped_early or outcome.error.kind
             on_done(outcome)
 
 

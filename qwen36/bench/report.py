@@ -193,6 +193,7 @@ def load_json(result: LoadResult) -> dict[str, Any]:
             "max": _r(max(latencies), 3) if latencies else None,
         },
         "startup_error": _error(result.startup_error),
+        "stopped_early": result.stopped_early,
     }
 
 
@@ -213,6 +214,7 @@ def load_table(result: LoadResult) -> Table:
          " / ".join(_fmt(per_request[k]) for k in ("mean", "min", "max"))),
         ("latency s (p50 / p95 / max)", " / ".join(_fmt(latency[k], 2) for k in ("p50", "p95", "max"))),
         ("run wall time s", _fmt(data["wall_s"], 2)),
+        ("stopped early", data["stopped_early"] or "no"),
     ]  # fmt: skip
     for name, value in rows:
         table.add_row(name, value)
