@@ -108,5 +108,7 @@ export_all(
     api_key=api_key.api_key if api_key else None,
 )
 pulumi.export("startupScriptSha256", server.startup_script_sha256)
+pulumi.export("modelCachePath", cache.probe.path)
+pulumi.export("modelCacheNote", cache.probe.summary())
 pulumi.export("bootImage", boot_image.image)
 pulumi.export("bootImageNote", boot_image.summary)

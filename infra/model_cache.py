@@ -17,6 +17,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from infra.config import StackConfig
+from qwen36.cache_probe import CacheProbe, probe_model_cache
 
 MODELS_PREFIX = "models"
 # Bucket names: 3-63 characters of [a-z0-9._-], starting and ending with a letter or digit.
@@ -70,6 +71,7 @@ class ModelCache(pulumi.ComponentResource):
     bucket_name: pulumi.Output[str]
     model_object: str
     model_uri: pulumi.Output[str]
+    probe: CacheProbe
 
     def __init__(self, name: str, args: ModelCacheArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("qwen36:infra:ModelCache", name, None, opts)
@@ -97,4 +99,15 @@ class ModelCache(pulumi.ComponentResource):
         self.bucket_name = self.bucket.name
         self.model_object = model_object_name(cfg)
         self.model_uri = self.bucket.name.apply(lambda bucket: f"gs://{bucket}/{self.model_object}")
-        self.register_outputs({"bucket_name": self.bucket_name, "model_uri": self.model_uri})
+        # Looked up with the deployer's credentials, best effort: tells the preview which path the
+        # VM's model step will take (the bucket's name is fixed, so it is known before it exists).
+        self.probe = probe_model_cache(bucket_name, self.model_object, cfg.model_sha256)
+        pulumi.log.info(f"model cache: {self.probe.summary()}", resource=self)
+        self.register_outputs(
+            {
+                "bucket_name": self.bucket_name,
+                "model_uri": self.model_uri,
+                "cache_path": self.probe.path,
+                "cache_note": self.probe.summary(),
+            }
+        )

@@ -24,7 +24,7 @@ def server_args(
     *,
     model_path: str,
     api_key_file: str | None,
-    host: str = "0.0.0.0",
+    host: str = "0.0.0.0",  # noqa: S104 (inside the container; docker publishes the port)
     port: int = PORT,
     ctx_size: int | None = None,
 ) -> list[str]:
