@@ -307,7 +307,9 @@ def run_tune(
         if best is not None:
             result.winners["spec_draft_n_max"] = best.setting["spec_draft_n_max"]
     current = current.model_copy(update=result.winners)
-    if "p-min" in sweeps and current.spec_draft_n_max > 0:
+    if "p-min" in sweeps and current.spec_draft_n_max == 0:
+        result.notes.append("p-min sweep skipped: without drafts (n-max 0) --spec-draft-p-min has no effect")
+    elif "p-min" in sweeps:
         result.p_min, best = sweep_draft(
             launcher, current, "spec_draft_p_min", args.p_min, workloads, **bench_opts
         )
@@ -359,6 +361,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         _emit(args.json, json.dumps(report.tune_json(result), indent=2) + "\n")
         out = _stdout()
         report.print_tables(out, report.tune_tables(result))
+        for note in result.notes:
+            out.print(f"note: {note}", markup=False, highlight=False)
         if result.ctx_at_upper_bound:
             out.print(
                 f"note: ctx-size {args.ctx_max} (the top of the range) loaded; "

@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from infra.config import config_key
 from qwen36.bench.bench import BenchResult
 from qwen36.bench.client import EndpointError
 from qwen36.bench.load import LoadResult, percentile, summary
@@ -134,7 +135,8 @@ def bench_markdown(result: BenchResult) -> str:
         lines.append(f"| **minimum ({minimum.name})** | **{_fmt(minimum.decode_tps)}** | | | |")
     lines.append("")
     lines.append(
-        f"Greedy, prompt cache off, {result.max_tokens} new tokens, {result.reps} distinct prompts per "
+        f"Greedy, prompt cache off, {result.max_tokens} new tokens, {result.reps} distinct prompt"
+        f"{'s' if result.reps != 1 else ''} per "
         "workload after one uncounted warm-up; decode tok/s is the server's `timings.predicted_per_second`."
     )
     return "\n".join(lines) + "\n"
@@ -263,6 +265,7 @@ def tune_json(result: TuneResult) -> dict[str, Any]:
         "winners": result.winners,
         "pulumi_config": result.config_lines(),
         "config_problem": result.config_problem(),
+        "notes": result.notes,
     }
 
 
@@ -278,7 +281,7 @@ def tune_tables(result: TuneResult) -> list[Table]:
         for column in ("Setting", "Min tok/s", "Mean tok/s", "Acceptance", "Result"):
             table.add_column(column, justify="left" if column in ("Setting", "Result") else "right")
         for t in trials:
-            setting = ", ".join(f"{k}={v}" for k, v in t.setting.items())
+            setting = ", ".join(f"{config_key(k).partition(':')[2]}={v}" for k, v in t.setting.items())
             slowest = f"{_fmt(t.min_tps)} ({t.min_workload})" if t.min_workload else NA
             table.add_row(setting, slowest, _fmt(t.mean_tps), _pct(t.acceptance), t.error or "ok")
         tables.append(table)

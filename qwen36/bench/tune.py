@@ -68,6 +68,7 @@ class TuneResult:
     ctx_resolution: int | None = None
     ctx_at_upper_bound: bool = False
     winners: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     def config_lines(self) -> list[str]:
         return [f"pulumi config set {config_key(name)} {_value(v)}" for name, v in self.winners.items()]

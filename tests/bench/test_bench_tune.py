@@ -44,9 +44,14 @@ def test_n_max_and_parallel_sweeps_name_a_winner_and_the_config_lines(
 
     # p-min runs on top of the winning n-max (it only matters with drafts).
     p_trials = {t["setting"]["spec_draft_p_min"]: t for t in doc["spec_draft_p_min"]}
-    assert set(p_trials) == {0.0, 0.5} and all(t["ok"] for t in p_trials.values())
-    p_min = max(p_trials.values(), key=lambda t: t["min_decode_tps"])["setting"]["spec_draft_p_min"]
-    assert doc["winners"].get("spec_draft_p_min") == (p_min if n_max > 0 else None)
+    if n_max > 0:
+        assert set(p_trials) == {0.0, 0.5} and all(t["ok"] for t in p_trials.values())
+        p_min = max(p_trials.values(), key=lambda t: t["min_decode_tps"])["setting"]["spec_draft_p_min"]
+        assert doc["winners"]["spec_draft_p_min"] == p_min
+    else:  # on a tiny CPU model drafting can cost more than it saves
+        p_min = None
+        assert p_trials == {} and "spec_draft_p_min" not in doc["winners"]
+        assert any("p-min sweep skipped" in note for note in doc["notes"])
 
     slots = {t["setting"]["parallel"]: t for t in doc["parallel"]}
     assert set(slots) == {1, 2} and all(t["ok"] and t["failed_requests"] == 0 for t in slots.values())
@@ -54,9 +59,10 @@ def test_n_max_and_parallel_sweeps_name_a_winner_and_the_config_lines(
     fastest = max(slots.values(), key=lambda t: t["aggregate_decode_tps"])["setting"]["parallel"]
     assert doc["winners"]["parallel"] == fastest
 
+    p_lines = [f"pulumi config set qwen36-mtp-l4:specDraftPMin {p_min:g}"] if n_max > 0 else []
     expected = [
         f"pulumi config set qwen36-mtp-l4:specDraftNMax {n_max}",
-        *([f"pulumi config set qwen36-mtp-l4:specDraftPMin {p_min:g}"] if n_max > 0 else []),
+        *p_lines,
         f"pulumi config set qwen36-mtp-l4:parallel {fastest}",
     ]
     assert doc["pulumi_config"] == expected
