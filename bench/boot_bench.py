@@ -1,6 +1,6 @@
 """Simulated boot-to-ready of the server VM, per path, through the real boot script.
 
-    .venv/bin/python bench/boot_bench.py [--scale 0.1] [--reboot-s 60] [--hf-s 390]
+    .venv/bin/python bench/boot_bench.py [--scale 0.25] [--reboot-s 60] [--hf-s 390]
 
 Replays the original write-up's measured phase durations on a spot g2-standard-8 through the boot
 sandbox (tests/boot/sandbox.py: the real rendered script under bash, stubs for the GPU, apt, docker,
@@ -36,7 +36,9 @@ sys.path.insert(0, str(REPO_ROOT))
 from gcp_storage_emulator.server import create_server  # noqa: E402
 
 from infra.boot_script import model_object_name, render_boot_script  # noqa: E402
-from tests.boot.conftest import (  # noqa: E402
+from tests.boot.metadata_server import MetadataServer  # noqa: E402
+from tests.boot.sandbox import BootResult, Sandbox, free_port  # noqa: E402
+from tests.boot.world import (  # noqa: E402
     MODEL_FILE,
     MODEL_REPO,
     PROJECT_ID,
@@ -46,8 +48,6 @@ from tests.boot.conftest import (  # noqa: E402
     create_bucket,
     stage,
 )
-from tests.boot.metadata_server import MetadataServer  # noqa: E402
-from tests.boot.sandbox import BootResult, Sandbox, free_port  # noqa: E402
 from tests.cache.hf_server import HfServer  # noqa: E402
 
 MODEL_BYTES = 2 * 1024 * 1024
@@ -214,7 +214,7 @@ def _minutes(seconds: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scale", type=float, default=0.1, help="real seconds per simulated second")
+    parser.add_argument("--scale", type=float, default=0.25, help="real seconds per simulated second")
     parser.add_argument("--reboot-s", type=float, default=Durations.reboot)
     parser.add_argument("--hf-s", type=float, default=Durations.hf)
     args = parser.parse_args(argv)

@@ -233,7 +233,9 @@ prepare_docker() {
     apt_install "$APT_INSTALL_TIMEOUT_S" docker.io
   fi
   docker_ready || fail "docker daemon not answering"
-  if ! docker info --format '{{json .Runtimes}}' | grep -q '"nvidia"'; then
+  local runtimes
+  runtimes=$(timeout "$DOCKER_CMD_TIMEOUT_S" docker info --format '{{json .Runtimes}}')
+  if [[ $runtimes != *'"nvidia"'* ]]; then
     # The Deep Learning VM ships nvidia-container-toolkit but not docker, so the runtime is
     # registered here, once: https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html
     command -v nvidia-ctk >/dev/null 2>&1 || apt_install "$APT_INSTALL_TIMEOUT_S" nvidia-container-toolkit

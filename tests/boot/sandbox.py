@@ -339,6 +339,10 @@ class Sandbox:
     def guest_attributes(self, namespace: str = "qwen36") -> dict[str, str]:
         return {k: v for (ns, k), v in self.metadata.attributes.items() if ns == namespace}
 
+    def container_log(self, name: str = "llama-server") -> str:
+        path = self.host / "containers" / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
     def model_files(self) -> list[Path]:
         return sorted(p for p in self.model_dir.iterdir()) if self.model_dir.exists() else []
 

@@ -281,6 +281,9 @@ def start_container(container: dict[str, Any]) -> None:
     mapped = [_host_path(container, a) if a.startswith("/") else a for a in args]
     if "--port" in mapped:
         mapped[mapped.index("--port") + 1] = port
+    # Docker publishes the container's port; here the process itself listens, on loopback only.
+    if "--host" in mapped:
+        mapped[mapped.index("--host") + 1] = "127.0.0.1"
     command = [binary, *mapped] if binary else [sys.executable, str(FAKE_CONTAINER), *mapped]
     # Its own session: the container outlives the boot script, as docker's containers do.
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

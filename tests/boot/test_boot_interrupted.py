@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.boot.conftest import MODEL_FILE, Model, SandboxFactory
 from tests.boot.sandbox import Sandbox
+from tests.boot.world import MODEL_FILE, Model, SandboxFactory
 from tests.cache.hf_server import HfServer
 
 MAX_ARMED_BOOTS = 3

@@ -12,8 +12,9 @@ import stat
 import urllib.request
 from typing import Any
 
-from tests.boot.conftest import API_KEY, MODEL_FILE, Model, SandboxFactory, config
+from infra.boot_script import render_boot_script
 from tests.boot.sandbox import BootResult, Sandbox
+from tests.boot.world import API_KEY, MODEL_FILE, PROJECT_ID, SECRET, Model, SandboxFactory, config
 from tests.cache.hf_server import HfServer
 
 MARKER = MODEL_FILE + ".verified"
@@ -281,9 +282,6 @@ def test_changed_arguments_replace_the_container_and_a_rotated_key_restarts_it(
     sandbox = make_sandbox()
     sandbox.boot()
     assert_ready(sandbox, sandbox.boot())
-    from infra.boot_script import render_boot_script
-    from tests.boot.conftest import PROJECT_ID, SECRET
-
     sandbox.script_path.write_text(
         render_boot_script(
             config(model, ctx_size=32768), bucket=sandbox.bucket, api_key_secret=SECRET, project=PROJECT_ID

@@ -1,0 +1,69 @@
+"""The pieces every boot-sandbox run shares, for the tests and bench/boot_bench.py alike: the names
+the rendered script is given, the model file, and staging it in the GCS emulator the way the stage
+command does (the fetch tool's own upload, with sha256 and size metadata)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from infra.boot_script import FETCH_TOOL_PATH
+from infra.config import StackConfig
+from tests.boot.sandbox import Sandbox, base_python
+
+PROJECT_ID = "sandbox-project"
+SECRET = "qwen36-api-key"
+API_KEY = "sk-sandbox-" + "7f3e9a" * 6
+MODEL_REPO = "unsloth/Qwen3.6-35B-A3B-MTP-GGUF"
+MODEL_FILE = "Qwen3.6-35B-A3B-UD-Q4_K_XL.gguf"
+MODEL_BYTES = 3 * 1024 * 1024 + 17
+UPLOAD_TIMEOUT_S = 60
+
+# make_sandbox(cached=..., cfg=..., api_key=..., served=..., **Sandbox fields) -> Sandbox
+SandboxFactory = Callable[..., Sandbox]
+
+
+class Model:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.data = path.read_bytes()
+        self.sha256 = hashlib.sha256(self.data).hexdigest()
+        self.size = len(self.data)
+
+
+def stage(gcs_endpoint: str, bucket: str, name: str, src: Path, sha256: str) -> None:
+    """Put the model in the cache bucket the way staging does: the fetch tool's own upload."""
+    env = {"STORAGE_EMULATOR_HOST": gcs_endpoint, "PATH": "/usr/bin:/bin"}
+    create_bucket(gcs_endpoint, bucket)
+    subprocess.run(
+        [base_python(), str(FETCH_TOOL_PATH), "upload", "--bucket", bucket, "--object", name,
+         "--src", str(src), "--sha256", sha256],
+        env=env, check=True, timeout=UPLOAD_TIMEOUT_S, capture_output=True,
+    )  # fmt: skip
+
+
+def create_bucket(gcs_endpoint: str, bucket: str) -> None:
+    request = urllib.request.Request(
+        f"{gcs_endpoint}/storage/v1/b?project={PROJECT_ID}",
+        data=json.dumps({"name": bucket}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        reply.read()
+
+
+def config(model: Model, **overrides: Any) -> StackConfig:
+    values: dict[str, Any] = {
+        "model_repo": MODEL_REPO,
+        "model_file": MODEL_FILE,
+        "model_sha256": model.sha256,
+        "model_size_bytes": model.size,
+        **overrides,
+    }
+    return StackConfig(**values)
