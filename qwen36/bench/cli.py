@@ -70,6 +70,19 @@ def _csv(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
     return parse
 
 
+def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+        return value
+
+    return parse
+
+
 def _size(text: str) -> int:
     unit = text[-1:].upper() if text[-1:].upper() in _SIZE_UNITS else ""
     number = text[:-1] if unit else text
@@ -86,7 +99,7 @@ def _add_endpoint(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", help=f"bearer key (env {API_KEY_ENV}; default: stack output apiKey)")
     parser.add_argument("--stack", help="Pulumi stack to read outputs from (default: the selected one)")
     parser.add_argument(
-        "--timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT_S, help="seconds per request"
+        "--timeout", type=_positive(float), default=DEFAULT_REQUEST_TIMEOUT_S, help="seconds per request"
     )
 
 
@@ -130,9 +143,14 @@ def register(subparsers: Any) -> None:
     bench = subparsers.add_parser("bench", help="decode tok/s per workload, greedy, prompt cache off")
     _add_endpoint(bench)
     bench.add_argument(
-        "--reps", type=int, default=DEFAULT_REPS, help=f"distinct prompts per workload (1-{MAX_REPS})"
+        "--reps",
+        type=_positive(int),
+        default=DEFAULT_REPS,
+        help=f"distinct prompts per workload (1-{MAX_REPS})",
     )
-    bench.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="new tokens per request")
+    bench.add_argument(
+        "--max-tokens", type=_positive(int), default=DEFAULT_MAX_TOKENS, help="new tokens per request"
+    )
     bench.add_argument("--workloads", type=_csv(str), help=f"subset of {','.join(WORKLOAD_NAMES)}")
     _add_output(bench)
     bench.add_argument("--png", type=Path, help="also write a bar chart (needs matplotlib)")
@@ -141,23 +159,35 @@ def register(subparsers: Any) -> None:
     load = subparsers.add_parser("load", help="N concurrent clients; aggregate tok/s, latency, errors")
     _add_endpoint(load)
     load.add_argument(
-        "--clients", type=int, default=DEFAULT_CLIENTS, help="concurrent clients (match --parallel)"
+        "--clients",
+        type=_positive(int),
+        default=DEFAULT_CLIENTS,
+        help="concurrent clients (match --parallel)",
     )
-    load.add_argument("--requests", type=int, help="stop after this many requests")
-    load.add_argument("--duration", type=float, help="stop sending new requests after this many seconds")
+    load.add_argument("--requests", type=_positive(int), help="stop after this many requests")
     load.add_argument(
-        "--max-tokens", type=int, default=DEFAULT_LOAD_MAX_TOKENS, help="new tokens per request"
+        "--duration", type=_positive(float), help="stop sending new requests after this many seconds"
+    )
+    load.add_argument(
+        "--max-tokens", type=_positive(int), default=DEFAULT_LOAD_MAX_TOKENS, help="new tokens per request"
     )
     _add_output(load)
     load.set_defaults(func=cmd_load)
 
-    tune = subparsers.add_parser("tune", help="start the server with varied flags and find the best")
+    tune = subparsers.add_parser(
+        "tune",
+        help="start the server with varied flags and find the best",
+        description="On the VM (sudo, docker launcher) stop the production container first: "
+        "sudo docker stop llama-server; start it again afterwards.",
+    )
     tune.add_argument("--launcher", choices=("docker", "local"), default="docker")
     tune.add_argument("--server-bin", type=Path, help="local: llama-server binary (default: from PATH)")
     tune.add_argument("--model", type=Path, help="local: the GGUF file")
     tune.add_argument("--memory-limit", type=_size, help="local: cap the server's address space (e.g. 6G)")
-    tune.add_argument("--model-dir", type=Path, help="docker: host folder holding the GGUF")
-    tune.add_argument("--api-key-file", type=Path, help="docker: host file with the API key to start with")
+    tune.add_argument(
+        "--model-dir", type=Path, help="docker: host folder holding the GGUF (default: the VM's)"
+    )
+    tune.add_argument("--api-key-file", type=Path, help="docker: file with the API key (default: the VM's)")
     tune.add_argument("--api-key", help="local: start the server with this API key")
     tune.add_argument("--config", type=Path, help="a Pulumi.<stack>.yaml to start from")
     tune.add_argument(
@@ -169,13 +199,13 @@ def register(subparsers: Any) -> None:
     tune.add_argument("--n-max", type=_csv(int), default=list(DEFAULT_N_MAX))
     tune.add_argument("--p-min", type=_csv(float), default=list(DEFAULT_P_MIN))
     tune.add_argument("--parallel", type=_csv(int), default=list(DEFAULT_PARALLEL))
-    tune.add_argument("--ctx-min", type=int, default=DEFAULT_CTX_MIN)
-    tune.add_argument("--ctx-max", type=int, default=DEFAULT_CTX_MAX)
-    tune.add_argument("--ctx-resolution", type=int, default=DEFAULT_CTX_RESOLUTION)
-    tune.add_argument("--reps", type=int, default=DEFAULT_TUNE_REPS)
-    tune.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    tune.add_argument("--ctx-min", type=_positive(int), default=DEFAULT_CTX_MIN)
+    tune.add_argument("--ctx-max", type=_positive(int), default=DEFAULT_CTX_MAX)
+    tune.add_argument("--ctx-resolution", type=_positive(int), default=DEFAULT_CTX_RESOLUTION)
+    tune.add_argument("--reps", type=_positive(int), default=DEFAULT_TUNE_REPS)
+    tune.add_argument("--max-tokens", type=_positive(int), default=DEFAULT_MAX_TOKENS)
     tune.add_argument("--workloads", type=_csv(str))
-    tune.add_argument("--timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT_S)
+    tune.add_argument("--timeout", type=_positive(float), default=DEFAULT_REQUEST_TIMEOUT_S)
     tune.add_argument("--json", nargs="?", const="-", metavar="PATH")
     tune.set_defaults(func=cmd_tune)
 
@@ -270,7 +300,7 @@ def base_config(config_file: Path | None, overrides: list[str]) -> StackConfig:
 
 
 def make_launcher(args: argparse.Namespace) -> Launcher:
-    from qwen36.bench.launcher import DockerLauncher, LocalLauncher
+    from qwen36.bench.launcher import VM_API_KEY_FILE, VM_MODEL_DIR, DockerLauncher, LocalLauncher
 
     if args.launcher == "local":
         if args.model is None:
@@ -279,9 +309,11 @@ def make_launcher(args: argparse.Namespace) -> Launcher:
         if binary is None:
             raise ValueError("no llama-server on PATH: pass --server-bin")
         return LocalLauncher(binary, args.model, api_key=args.api_key, memory_limit_bytes=args.memory_limit)
-    if args.model_dir is None:
-        raise ValueError("--launcher docker needs --model-dir (the host folder holding the GGUF)")
-    return DockerLauncher(args.model_dir, api_key_file=args.api_key_file)
+    model_dir = args.model_dir or VM_MODEL_DIR
+    if not model_dir.is_dir():
+        raise ValueError(f"no model folder {model_dir}: run tune on the VM, or pass --model-dir")
+    key_file = args.api_key_file or (VM_API_KEY_FILE if VM_API_KEY_FILE.is_file() else None)
+    return DockerLauncher(model_dir, api_key_file=key_file)
 
 
 def run_tune(

@@ -35,6 +35,10 @@ HEALTH_POLL_S = 0.2
 STOP_TIMEOUT_S = 15.0
 DOCKER_TIMEOUT_S = 120
 LOG_TAIL_LINES = 3
+# What startup/boot.sh runs on the VM: the container's name and where the model and key live.
+PRODUCTION_CONTAINER = "llama-server"
+VM_MODEL_DIR = Path("/var/lib/qwen36/models")
+VM_API_KEY_FILE = Path("/var/lib/qwen36/secrets/llama-api-key")
 
 
 class LaunchError(Exception):
@@ -147,7 +151,7 @@ class LocalLauncher:
 class DockerLauncher:
     """The pinned CUDA image on the VM. Stop the production container first: both need the GPU."""
 
-    model_dir: Path
+    model_dir: Path = VM_MODEL_DIR
     api_key_file: Path | None = None
     host_port: int = PORT + 1
     name: str = "qwen36-tune"
@@ -178,6 +182,12 @@ class DockerLauncher:
 
     @contextlib.contextmanager
     def launch(self, cfg: StackConfig) -> Iterator[RunningServer]:
+        production = self._docker("inspect", "--format", "{{.State.Running}}", PRODUCTION_CONTAINER)
+        if production.stdout.strip() == "true":
+            raise LaunchError(
+                f"the production container {PRODUCTION_CONTAINER} holds the GPU: stop it first "
+                f"(sudo docker stop {PRODUCTION_CONTAINER}) and start it again after tuning"
+            )
         self._docker("rm", "--force", self.name)
         started = subprocess.run(
             self.run_command(cfg), capture_output=True, text=True, timeout=DOCKER_TIMEOUT_S, check=False

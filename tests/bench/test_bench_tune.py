@@ -10,7 +10,7 @@ import pytest
 
 from infra.llama_cpp import server_image
 from infra.server_args import CONTAINER_API_KEY_FILE, container_model_path, server_args
-from qwen36.bench.launcher import DockerLauncher
+from qwen36.bench.launcher import DockerLauncher, LaunchError
 from tests.bench.servers import ONE_ARENA, CliRun, make_config, min_address_space, survives_under, validate
 
 # The stack config tune starts from: test threads, a small context (degraded ctx must stay below it).
@@ -136,3 +136,22 @@ def test_ctx_search_meets_a_real_allocation_failure(
     )
     assert all(p["ok"] == (size <= answer) for size, p in probes.items())
     assert f"pulumi config set qwen36-mtp-l4:ctxSize {answer}" in run.out
+
+
+def test_docker_launcher_refuses_while_the_production_container_holds_the_gpu(tmp_path: Path) -> None:
+    # No docker engine here: a stand-in answers `docker inspect` as the VM would with the
+    # production container running, and records every call.
+    calls = tmp_path / "calls"
+    docker = tmp_path / "docker"
+    docker.write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\n'
+        'if [ "$1" = inspect ] && [ "$4" = llama-server ]; then echo true; fi\n'
+    )
+    docker.chmod(0o755)
+    launcher = DockerLauncher(tmp_path, docker=str(docker))
+    with (
+        pytest.raises(LaunchError, match=r"stop it first \(sudo docker stop llama-server\)"),
+        launcher.launch(make_config()),
+    ):
+        pass
+    assert not any(line.startswith("run ") for line in calls.read_text().splitlines())
