@@ -122,7 +122,7 @@ def _emit(target: str | None, text: str) -> None:
 
 
 @contextmanager
-def _progress(total: int, enabled: bool) -> Iterator[Callable[[str], None]]:
+def _progress(total: int | None, enabled: bool) -> Iterator[Callable[[str], None]]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     progress = Progress(
@@ -256,8 +256,8 @@ def cmd_load(args: argparse.Namespace) -> int:
         endpoint = resolve(args.url, args.api_key, stack=args.stack)
     except EndpointConfigError as exc:
         return _fail(str(exc))
-    total = args.requests or 0
-    with _progress(total, enabled=True) as advance:
+    # A duration-bound run has no known total: the bar then just pulses.
+    with _progress(args.requests, enabled=True) as advance:
         result = run_load(
             endpoint.url, endpoint.api_key, clients=args.clients, requests=args.requests,
             duration_s=args.duration, max_tokens=args.max_tokens, timeout_s=args.timeout,
