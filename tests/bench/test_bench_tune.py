@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from infra.config import ConfigError
 from infra.llama_cpp import server_image
 from infra.server_args import CONTAINER_API_KEY_FILE, container_model_path, server_args
+from qwen36.bench.cli import base_config
 from qwen36.bench.launcher import DockerLauncher, LaunchError
 from tests.bench.servers import ONE_ARENA, CliRun, make_config, min_address_space, survives_under, validate
 
@@ -155,3 +157,21 @@ def test_docker_launcher_refuses_while_the_production_container_holds_the_gpu(tm
     ):
         pass
     assert not any(line.startswith("run ") for line in calls.read_text().splitlines())
+
+
+def test_base_config_reads_a_stack_file_and_overrides(tmp_path: Path) -> None:
+    stack = tmp_path / "Pulumi.test.yaml"
+    stack.write_text(
+        "config:\n"
+        "  gcp:project: some-project\n"
+        "  qwen36-mtp-l4:zone: us-central1-b\n"
+        "  qwen36-mtp-l4:ctxSize: 32768\n"
+        "  qwen36-mtp-l4:backendSampling: false\n"
+        "  qwen36-mtp-l4:someSecret:\n"
+        "    secure: AAABAKxx\n"
+    )
+    cfg = base_config(stack, ["specDraftNMax=3", "qwen36-mtp-l4:threads=2"])
+    assert (cfg.zone, cfg.ctx_size, cfg.backend_sampling) == ("us-central1-b", 32768, False)
+    assert (cfg.spec_draft_n_max, cfg.threads) == (3, 2)
+    with pytest.raises(ConfigError, match="qwen36-mtp-l4:ctxSize"):
+        base_config(stack, ["ctxSize=100"])
