@@ -101,13 +101,14 @@ def test_api_key_right_wrong_and_missing(
 
 
 def test_no_server_and_timeout_give_one_line_each(
-    cli: Callable[..., CliRun], llama_server_bin: Path, tiny_mtp_model: Path, tmp_path: Path
+    cli: Callable[..., CliRun], llama_server_bin: Path, tiny_mtp_model_agreeing: Path, tmp_path: Path
 ) -> None:
     nobody = cli("bench", "--url", f"http://127.0.0.1:{free_port()}", *QUICK)
     assert nobody.code == 1 and "no server answers at" in _error_line(nobody)
-    with serve(llama_server_bin, tiny_mtp_model, tmp_path) as server:
+    # The agreeing model never stops early ("aaaa..."): 300 tokens take several times 20 ms.
+    with serve(llama_server_bin, tiny_mtp_model_agreeing, tmp_path) as server:
         slow = cli(
-            "bench", "--url", server.base_url, "--reps", "1", "--max-tokens", "200", "--timeout", "0.02"
+            "bench", "--url", server.base_url, "--reps", "1", "--max-tokens", "300", "--timeout", "0.02"
         )
     assert slow.code == 1 and "no answer within 0.02 s" in _error_line(slow)
 
