@@ -35,7 +35,8 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from gcp_storage_emulator.server import create_server  # noqa: E402
 
-from infra.boot_script import model_object_name, render_boot_script  # noqa: E402
+from infra.boot_script import render_boot_script  # noqa: E402
+from infra.model_cache import model_object_name  # noqa: E402
 from tests.boot.metadata_server import MetadataServer  # noqa: E402
 from tests.boot.sandbox import BootResult, Sandbox, free_port  # noqa: E402
 from tests.boot.world import (  # noqa: E402

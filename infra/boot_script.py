@@ -16,6 +16,7 @@ from pathlib import Path
 from infra import boot_protocol
 from infra.config import StackConfig
 from infra.llama_cpp import server_image
+from infra.model_cache import model_object_name
 from infra.server_args import (
     CONTAINER_API_KEY_FILE,
     CONTAINER_MODEL_DIR,
@@ -37,15 +38,6 @@ _DRIVER_BRANCH_RE = re.compile(r"nvidia-(\d+)")
 
 class BootScriptError(ValueError):
     pass
-
-
-def model_object_name(cfg: StackConfig) -> str:
-    """The model's object name in the cache bucket.
-
-    Stand-in until infra/model_cache.py provides the shared definition: the bucket's writer and
-    this reader must agree, or every boot misses the cache.
-    """
-    return f"models/{cfg.model_repo}/{cfg.model_file}"
 
 
 def driver_branch(image_family: str) -> str:

@@ -280,13 +280,15 @@ write_marker() {
 }
 
 verified_sha() {
-  # The sha256 the fetch verified against: the pinned one, else whatever the tool printed (the
-  # hub's LFS hash or the cache object's metadata), else empty: self-staging hashes the file then.
-  local out=$1 sha=""
-  if [[ -z $MODEL_SHA256 ]]; then
-    sha=$(grep -Eo '\b[0-9a-f]{64}\b' <<<"$out" | tail -n 1 || true)
+  # The sha256 the fetch verified against: the pinned one, else the one the tool reports on its
+  # success line (the hub's LFS hash or the cache object's metadata), else empty: self-staging
+  # hashes the file then.
+  local out=$1
+  if [[ -n $MODEL_SHA256 ]]; then
+    echo "$MODEL_SHA256"
+  elif [[ $out =~ verified\ sha256\ ([0-9a-f]{64}) ]]; then
+    echo "${BASH_REMATCH[1]}"
   fi
-  echo "${MODEL_SHA256:-$sha}"
 }
 
 stop_unverified_server() {

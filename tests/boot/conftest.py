@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from gcp_storage_emulator.server import create_server
 
-from infra.boot_script import model_object_name, render_boot_script
+from infra.boot_script import render_boot_script
 from infra.config import StackConfig
+from infra.model_cache import model_object_name
 from tests.boot.metadata_server import MetadataServer
 from tests.boot.sandbox import Sandbox, free_port
 from tests.boot.world import (

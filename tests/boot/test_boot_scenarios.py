@@ -169,6 +169,8 @@ def test_without_a_pinned_hash_the_hubs_hash_verifies_and_self_staging_hashes_th
     result = sandbox.boot()
     assert_ready(sandbox, result)
     only_good_model(sandbox, model)
+    # The marker records the hash the fetch tool verified against (the hub's LFS sha256).
+    assert (sandbox.model_dir / MARKER).read_text().split()[2] == model.sha256
     staged = gcs_object(sandbox, f"models/{config(model).model_repo}/{MODEL_FILE}")
     assert staged["metadata"]["sha256"] == model.sha256
 
