@@ -39,8 +39,7 @@ class MetadataServer:
 
     @property
     def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
     def __enter__(self) -> MetadataServer:
         self._thread.start()

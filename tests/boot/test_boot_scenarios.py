@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import stat
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -42,7 +43,7 @@ def downloads(result: BootResult) -> list[str]:
 
 
 def gcs_object(sandbox: Sandbox, name: str) -> dict[str, Any]:
-    url = f"{sandbox.gcs_endpoint}/storage/v1/b/{sandbox.bucket}/o/{urllib.request.quote(name, safe='')}"
+    url = f"{sandbox.gcs_endpoint}/storage/v1/b/{sandbox.bucket}/o/{urllib.parse.quote(name, safe='')}"
     with urllib.request.urlopen(url, timeout=10) as reply:
         data: dict[str, Any] = json.loads(reply.read())
         return data
