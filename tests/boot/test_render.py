@@ -134,3 +134,30 @@ def test_rendered_script_is_shellcheck_clean(tmp_path: Path, api_key_secret: str
 def test_boot_body_is_shellcheck_clean() -> None:
     result = _shellcheck(BODY_PATH)
     assert result.returncode == 0, result.stdout
+
+
+def test_rendering_does_not_depend_on_the_process(tmp_path: Path) -> None:
+    """Two interpreters with different hash seeds write the same bytes (a changed script replaces the VM)."""
+    code = (
+        "import sys; from infra.config import StackConfig; from infra.boot_script import render_boot_script; "
+        "sys.stdout.write(render_boot_script(StackConfig(tools=['all', 'read_file']), bucket='b', "
+        "api_key_secret='k', project='p'))"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"},
+            cwd=BODY_PATH.parents[1],
+            capture_output=True,
+            check=True,
+            timeout=120,
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert len(outputs) == 1
+
+
+def test_a_script_over_the_metadata_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(boot_script, "MAX_SCRIPT_BYTES", 10_000)
+    with pytest.raises(boot_script.BootScriptError, match="limit is 10000"):
+        _render()
