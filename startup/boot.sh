@@ -263,11 +263,16 @@ fetch_tool() {
   python3 "$FETCH_TOOL" "$@"
 }
 
+file_stamp() {
+  # Size and mtime to the nanosecond (date -r: stat's %.9Y needs a newer coreutils than 22.04's).
+  echo "$(stat -c %s "$1") $(date -u -r "$1" +%s.%N)"
+}
+
 marker_matches() {
   [[ -f $MODEL_PATH && -f $MODEL_MARKER ]] || return 1
   local size mtime sha
   read -r size mtime sha <"$MODEL_MARKER" || return 1
-  [[ $(stat -c '%s %Y' "$MODEL_PATH") == "$size $mtime" ]] || return 1
+  [[ $(file_stamp "$MODEL_PATH") == "$size $mtime" ]] || return 1
   [[ -z $MODEL_SHA256 || $sha == "$MODEL_SHA256" ]]
 }
 
@@ -275,7 +280,7 @@ write_marker() {
   # Later boots trust a file whose size and mtime still match what was hashed; the hash itself
   # (~2 min for 22 GB) runs once per download.
   local sha=$1
-  printf '%s %s\n' "$(stat -c '%s %Y' "$MODEL_PATH")" "$sha" >"$MODEL_MARKER.tmp"
+  printf '%s %s\n' "$(file_stamp "$MODEL_PATH")" "$sha" >"$MODEL_MARKER.tmp"
   mv -f "$MODEL_MARKER.tmp" "$MODEL_MARKER"
 }
 
