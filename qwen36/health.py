@@ -32,6 +32,9 @@ HTTP_REQUEST_TIMEOUT_S = 10.0
 COMPUTE_REQUEST_TIMEOUT_S = 15.0
 DEFAULT_POLL_S = 5.0
 HEARTBEAT_S = 30.0
+# In HTTP mode, how long the VM may report ready while its port stays unreachable from the deployer
+# before the wait gives up: the usual cause is a deployer IP outside sourceRanges, not a slow server.
+VM_READY_UNREACHABLE_S = 120.0
 SERIAL_TAIL_LINES = 30
 SERIAL_PORT = 1
 # The deployed container's name (startup/boot.sh) and GCE's unit that runs startup scripts.
@@ -204,6 +207,7 @@ class WaitSettings:
     timeout_s: float
     poll_s: float = DEFAULT_POLL_S
     heartbeat_s: float = HEARTBEAT_S
+    vm_ready_unreachable_s: float = VM_READY_UNREACHABLE_S
 
 
 @dataclass
@@ -258,6 +262,7 @@ def wait_ready(
     deadline = started + settings.timeout_s
     progress = _Progress(started=started, emit=emit, heartbeat_s=settings.heartbeat_s)
     last: dict[str, Observation] = {}
+    vm_ready_since: float | None = None
     with httpx.Client(timeout=HTTP_REQUEST_TIMEOUT_S) as client:
         while True:
             parts: dict[str, Observation] = {}
@@ -278,6 +283,15 @@ def wait_ready(
                 raise WaitFailed(
                     diagnose(f"the VM reported failure: {vm.detail}", last, target, reader, progress)
                 )
+            if url is not None and vm is not None and vm.ready:
+                vm_ready_since = vm_ready_since if vm_ready_since is not None else now
+                if now - vm_ready_since >= settings.vm_ready_unreachable_s:
+                    reason = (
+                        f"the VM reports ready ({vm.detail}) but {url} has not answered ok from this "
+                        f"machine for {_elapsed(now - vm_ready_since)}; check that this machine's public "
+                        "IP is in qwen36-mtp-l4:sourceRanges, or empty sourceRanges to go through IAP"
+                    )
+                    raise WaitFailed(diagnose(reason, last, target, reader, progress))
             if now >= deadline:
                 reason = f"not ready after {_elapsed(settings.timeout_s)} (the timeout)"
                 raise WaitFailed(diagnose(reason, last, target, reader, progress))

@@ -156,6 +156,26 @@ def test_http_mode_stops_when_the_vm_reports_failure() -> None:
     assert "last http state: unreachable" in diagnosis
 
 
+def test_http_mode_gives_up_early_when_the_vm_is_ready_but_the_port_unreachable() -> None:
+    vm = FakeVm(reports=[("ready", "healthy 95 s after boot")], serial=SERIAL)
+    settings = WaitSettings(timeout_s=30.0, poll_s=0.05, heartbeat_s=0.5, vm_ready_unreachable_s=0.5)
+    lines: list[str] = []
+    with fake_compute_api(vm) as endpoint, pytest.raises(WaitFailed) as failure:
+        started = time.monotonic()
+        wait_ready(
+            settings=settings,
+            url=f"http://127.0.0.1:{free_port()}",
+            target=_target(vm),
+            reader=_reader(endpoint),
+            emit=lines.append,
+        )
+    assert time.monotonic() - started < settings.timeout_s
+    diagnosis = str(failure.value)
+    assert "the VM reports ready (healthy 95 s after boot)" in diagnosis
+    assert "qwen36-mtp-l4:sourceRanges" in diagnosis
+    assert not any(line.startswith("ready") for line in lines)
+
+
 def test_cli_is_registered_under_python_m_qwen36() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "qwen36", "wait", "--help"],
