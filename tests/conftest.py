@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,3 +43,17 @@ def tiny_mtp_model_agreeing(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def gemma_model() -> Path:
     """The real Gemma-3-270M Q4_K_M GGUF (253 MB, no MTP layers), cached outside the repo."""
     return models.gemma_model()
+
+
+@pytest.fixture(autouse=True)
+def _main_thread_event_loop() -> Iterator[None]:
+    """Pulumi's mocks create futures on the main thread's current loop, but ``asyncio.run`` (the
+    bench commands use it) leaves the main thread with none: give each test a loop if it lacks one."""
+    policy = asyncio.get_event_loop_policy()
+    try:
+        loop = policy.get_event_loop()
+    except RuntimeError:
+        loop = None
+    if loop is None or loop.is_closed():
+        policy.set_event_loop(policy.new_event_loop())
+    yield
