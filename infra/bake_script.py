@@ -1,4 +1,5 @@
-"""Renders the builder VM's startup script: a shell-quoted variable block on top of ``startup/bake.sh``.
+"""Renders the builder VM's startup script: a shell-quoted variable block, ``startup/lib.sh`` (the
+helpers it shares with the boot script), then ``startup/bake.sh``.
 
 The rendered text also names the tooling image (its hash is part of the image name), so it holds
 nothing time-dependent or random: the same config always gives the same bytes.
@@ -10,10 +11,13 @@ import hashlib
 from pathlib import Path
 
 from infra import boot_protocol
+from infra.boot_script import lib_variables
 from infra.config import StackConfig
 from infra.llama_cpp import server_image
 
-BODY_PATH = Path(__file__).resolve().parent.parent / "startup" / "bake.sh"
+STARTUP_DIR = Path(__file__).resolve().parent.parent / "startup"
+BODY_PATH = STARTUP_DIR / "bake.sh"
+LIB_PATH = STARTUP_DIR / "lib.sh"
 
 # The bake's own phases, reported under the boot script's namespace and keys so the same
 # guest-attribute follower reads both; "ready" and "failed" are shared terminal reports.
@@ -30,12 +34,7 @@ BAKE_PHASES = (
 def _variables(cfg: StackConfig) -> dict[str, str]:
     return {
         "SERVER_IMAGE": server_image(cfg.llama_cpp_build),
-        "GA_NAMESPACE": boot_protocol.NAMESPACE,
-        "KEY_PHASE": boot_protocol.KEY_PHASE,
-        "KEY_DETAIL": boot_protocol.KEY_DETAIL,
-        "KEY_TIME": boot_protocol.KEY_TIME,
-        "PHASE_READY": boot_protocol.PHASE_READY,
-        "PHASE_FAILED": boot_protocol.PHASE_FAILED,
+        **lib_variables(),
     }
 
 
@@ -45,12 +44,12 @@ def shell_quote(value: str) -> str:
 
 
 def render_bake_script(cfg: StackConfig) -> str:
-    """The startup script for the builder VM: shebang, config block, then startup/bake.sh verbatim."""
+    """The startup script for the builder VM: shebang, config block, then lib.sh and bake.sh verbatim."""
     block = "".join(f"{name}={shell_quote(value)}\n" for name, value in _variables(cfg).items())
     return (
         "#!/bin/bash\n"
-        "# Rendered by infra/bake_script.py from the stack config; the body is startup/bake.sh.\n"
-        f"{block}\n{BODY_PATH.read_text(encoding='utf-8')}"
+        "# Rendered by infra/bake_script.py from the stack config; the body is startup/{lib,bake}.sh.\n"
+        f"{block}\n{LIB_PATH.read_text(encoding='utf-8')}\n{BODY_PATH.read_text(encoding='utf-8')}"
     )
 
 

@@ -1,7 +1,8 @@
 """Render the server VM's startup script from the validated stack config.
 
 The script is ``#!/bin/bash``, a block of shell assignments generated here (every value through
-``shlex.quote``), the model fetch tool as a quoted heredoc, and ``startup/boot.sh`` verbatim.
+``shlex.quote``), the model fetch tool as a quoted heredoc, then ``startup/lib.sh`` (the helpers it
+shares with the bake script) and ``startup/boot.sh`` verbatim.
 A changed startup script replaces the VM, so the output depends on the config alone: no clock,
 no randomness, no ordering that could vary.
 """
@@ -27,6 +28,7 @@ from infra.server_args import (
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BODY_PATH = REPO_ROOT / "startup" / "boot.sh"
+LIB_PATH = REPO_ROOT / "startup" / "lib.sh"
 FETCH_TOOL_PATH = REPO_ROOT / "qwen36" / "fetch.py"
 
 # GCE caps one metadata value at 256 KB; the rendered script stays well below it.
@@ -38,6 +40,18 @@ _DRIVER_BRANCH_RE = re.compile(r"nvidia-(\d+)")
 
 class BootScriptError(ValueError):
     pass
+
+
+def lib_variables() -> dict[str, str]:
+    """The config-block values startup/lib.sh and both bodies read; both renderers emit them."""
+    return {
+        "GA_NAMESPACE": boot_protocol.NAMESPACE,
+        "GA_KEY_PHASE": boot_protocol.KEY_PHASE,
+        "GA_KEY_DETAIL": boot_protocol.KEY_DETAIL,
+        "GA_KEY_TIME": boot_protocol.KEY_TIME,
+        "PHASE_READY": boot_protocol.PHASE_READY,
+        "PHASE_FAILED": boot_protocol.PHASE_FAILED,
+    }
 
 
 def driver_branch(image_family: str) -> str:
@@ -69,22 +83,18 @@ def render_boot_script(cfg: StackConfig, *, bucket: str, api_key_secret: str | N
         "SELF_STAGE": "1" if cfg.self_stage_model else "0",
         "API_KEY_SECRET": api_key_secret or "",
         "GCP_PROJECT": project,
-        "GA_NAMESPACE": boot_protocol.NAMESPACE,
-        "GA_KEY_PHASE": boot_protocol.KEY_PHASE,
-        "GA_KEY_DETAIL": boot_protocol.KEY_DETAIL,
-        "GA_KEY_TIME": boot_protocol.KEY_TIME,
-        "PHASE_READY": boot_protocol.PHASE_READY,
-        "PHASE_FAILED": boot_protocol.PHASE_FAILED,
+        **lib_variables(),
     }
     for phase in boot_protocol.PHASES:
         scalars.setdefault(_phase_var(phase), phase)
     lines = [
         "#!/bin/bash",
-        "# Rendered by infra/boot_script.py from the stack config: edit startup/boot.sh or the config.",
+        "# Rendered by infra/boot_script.py from the stack config: edit startup/{lib,boot}.sh or the config.",
         *(f"{name}={_quote_word(value)}" for name, value in scalars.items()),
         _array("SERVER_ARGS", args),
         _array("SERVER_ARGS_DEGRADED", degraded),
         _fetch_tool_function(FETCH_TOOL_PATH.read_text(encoding="utf-8")),
+        LIB_PATH.read_text(encoding="utf-8"),
         BODY_PATH.read_text(encoding="utf-8"),
     ]
     script = "\n".join(lines)

@@ -7,11 +7,10 @@
 # bounded. https://cloud.google.com/compute/docs/instances/startup-scripts/linux
 #
 # infra/boot_script.py prepends the config block (image, server arguments, model, bucket, secret,
-# guest-attribute names) and the model fetch tool; this file is appended verbatim, never edited
-# by the renderer.
-set -Eeuo pipefail
+# guest-attribute names), the model fetch tool and startup/lib.sh (shell options, shared bounds,
+# logging, guest-attribute reports, apt and docker helpers); this file is appended verbatim, never
+# edited by the renderer.
 shopt -s inherit_errexit
-umask 022
 
 # Every location can be moved so the sandbox tests run the real script inside a temp dir.
 STATE_DIR=${QWEN36_STATE_DIR:-/var/lib/qwen36}
@@ -20,34 +19,21 @@ MODEL_DIR=${QWEN36_MODEL_DIR:-$STATE_DIR/models}
 # script runs, and a bind-mount source that vanished with /run would stop it from starting.
 SECRETS_DIR=${QWEN36_SECRETS_DIR:-$STATE_DIR/secrets}
 BIN_DIR=${QWEN36_BIN_DIR:-$STATE_DIR/bin}
-METADATA_URL=${QWEN36_METADATA_URL:-http://metadata.google.internal}
 HEALTH_URL=${QWEN36_HEALTH_URL:-http://127.0.0.1:$SERVER_PORT/health}
-# Multiplies every pause (the sandbox tests and the boot benchmark run at a fraction of real time);
-# timeouts are upper bounds and stay as they are.
-TIME_SCALE=${QWEN36_TIME_SCALE:-1}
 
-# Bounds: every wait below is one of these.
+# Bounds: every wait below is one of these or one of lib.sh's (apt, docker, image pull, retry
+# pause, guest attributes).
 LOCK_TIMEOUT_S=60
 NVIDIA_SMI_TIMEOUT_S=60
-APT_LOCK_TIMEOUT_S=600          # unattended-upgrades may hold the dpkg lock right after boot
 DRIVER_INSTALL_TIMEOUT_S=1200   # dkms compiles the kernel module
-APT_INSTALL_TIMEOUT_S=900
-DOCKER_READY_POLLS=30
-DOCKER_READY_POLL_S=2
-IMAGE_PULL_ATTEMPTS=3
-IMAGE_PULL_TIMEOUT_S=1200
-RETRY_PAUSE_S=10
 MODEL_FETCH_TIMEOUT_S=3600      # HuggingFace measured 300-480 s for the 22 GB file
 GCS_SLICES=8
 SECRET_ATTEMPTS=5               # a freshly granted secretAccessor role can take a minute to apply
 SECRET_TIMEOUT_S=60
-DOCKER_CMD_TIMEOUT_S=120
 HEALTH_POLLS=180
 HEALTH_POLL_S=5
 HEALTH_PROBE_TIMEOUT_S=5
 SELF_STAGE_TIMEOUT_S=3600
-GUEST_ATTR_TIMEOUT_S=5
-DETAIL_MAX_CHARS=900
 LOG_TAIL_LINES=20
 
 CONTAINER_NAME=llama-server
@@ -60,7 +46,6 @@ RUN_DIR="$STATE_DIR/run"
 FAILED_FLAG="$RUN_DIR/failed"
 ECC_MARKER="$STATE_DIR/ecc-reboot-requested"
 SELF_STAGE_PENDING="$STATE_DIR/self-stage-pending"
-GA_URL="$METADATA_URL/computeMetadata/v1/instance/guest-attributes/$GA_NAMESPACE"
 
 MODEL_REFRESHED="$RUN_DIR/model-refreshed"
 MAIN_PID=$BASHPID
@@ -68,45 +53,13 @@ CURRENT_PHASE=$PHASE_BOOT
 DEGRADED=0
 KEY_CHANGED=0
 
-scaled() {
-  awk -v s="$1" -v k="$TIME_SCALE" 'BEGIN { printf "%.3f", s * k }'
-}
-
-nap() {
-  sleep "$(scaled "$1")"
-}
-
-utc_now() {
-  date -u +%Y-%m-%dT%H:%M:%SZ
-}
-
-log() {
-  printf '%s qwen36: %s\n' "$(utc_now)" "$*"
-}
-
-put_attrs() {
-  # One curl for all the keys (--next starts the next request), so a report costs one process.
-  # NOTE: guest attributes need the metadata header and enable-guest-attributes=TRUE on the VM.
-  # https://cloud.google.com/compute/docs/metadata/manage-guest-attributes
-  local -a requests=()
-  while (($# >= 2)); do
-    ((${#requests[@]} == 0)) || requests+=(--next)
-    requests+=(-fsS -o /dev/null -X PUT --max-time "$GUEST_ATTR_TIMEOUT_S" -H 'Metadata-Flavor: Google'
-      --data-raw "$2" "$GA_URL/$1")
-    shift 2
-  done
-  curl "${requests[@]}" 2>/dev/null || log "warning: could not write guest attributes"
-}
-
 report() {
-  local phase=$1 detail=${2:0:$DETAIL_MAX_CHARS} now
-  now=$(utc_now)
-  printf '%s qwen36: phase=%s %s\n' "$now" "$phase" "$detail"
   # Once a step has failed, the failure stays the last word even while a parallel step finishes.
-  if [[ -e $FAILED_FLAG && $phase != "$PHASE_FAILED" ]]; then
-    return 0
+  local publish=1
+  if [[ -e $FAILED_FLAG && $1 != "$PHASE_FAILED" ]]; then
+    publish=0
   fi
-  put_attrs "$GA_KEY_DETAIL" "$detail" "$GA_KEY_TIME" "$now" "$GA_KEY_PHASE" "$phase"
+  phase_report "$publish" "$1" "$2"
 }
 
 fail() {
@@ -142,12 +95,11 @@ apt_install() {
   # A stale package index is the usual cause of "Unable to locate package" on a fresh image.
   local limit=$1
   shift
-  local -a apt=(apt-get -o "DPkg::Lock::Timeout=$APT_LOCK_TIMEOUT_S" -y -q)
-  if DEBIAN_FRONTEND=noninteractive timeout "$limit" "${apt[@]}" install "$@"; then
+  if apt_get "$limit" -q install "$@"; then
     return 0
   fi
-  timeout "$APT_INSTALL_TIMEOUT_S" "${apt[@]}" update
-  DEBIAN_FRONTEND=noninteractive timeout "$limit" "${apt[@]}" install "$@"
+  apt_get "$APT_TIMEOUT_S" -q update
+  apt_get "$limit" -q install "$@"
 }
 
 nvsmi() {
@@ -211,34 +163,21 @@ step_ecc() {
   exit 0
 }
 
-docker_ready() {
-  local i
-  for ((i = 0; i < DOCKER_READY_POLLS; i++)); do
-    if timeout "$DOCKER_CMD_TIMEOUT_S" docker info >/dev/null 2>&1; then
-      return 0
-    fi
-    if ((i == 0)); then
-      systemctl start docker || true
-    fi
-    nap "$DOCKER_READY_POLL_S"
-  done
-  return 1
-}
-
 prepare_docker() {
   CURRENT_PHASE=$PHASE_PREPARE
   report "$PHASE_PREPARE" "checking docker and $SERVER_IMAGE"
   if ! command -v docker >/dev/null 2>&1; then
     report "$PHASE_PREPARE" "installing docker.io"
-    apt_install "$APT_INSTALL_TIMEOUT_S" docker.io
+    apt_install "$APT_TIMEOUT_S" docker.io
   fi
   docker_ready || fail "docker daemon not answering"
-  local runtimes
-  runtimes=$(timeout "$DOCKER_CMD_TIMEOUT_S" docker info --format '{{json .Runtimes}}')
-  if [[ $runtimes != *'"nvidia"'* ]]; then
+  local runtime=0
+  has_nvidia_runtime || runtime=$?
+  ((runtime != 2)) || fail "docker info could not list the runtimes"
+  if ((runtime == 1)); then
     # The Deep Learning VM ships nvidia-container-toolkit but not docker, so the runtime is
     # registered here, once: https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html
-    command -v nvidia-ctk >/dev/null 2>&1 || apt_install "$APT_INSTALL_TIMEOUT_S" nvidia-container-toolkit
+    command -v nvidia-ctk >/dev/null 2>&1 || apt_install "$APT_TIMEOUT_S" nvidia-container-toolkit
     nvidia-ctk runtime configure --runtime=docker
     systemctl restart docker
     docker_ready || fail "docker daemon not answering after adding the nvidia runtime"
@@ -247,16 +186,12 @@ prepare_docker() {
     report "$PHASE_PREPARE" "docker ready; $SERVER_IMAGE already present"
     return 0
   fi
-  local attempt
-  for ((attempt = 1; attempt <= IMAGE_PULL_ATTEMPTS; attempt++)); do
-    report "$PHASE_PREPARE" "pulling $SERVER_IMAGE (attempt $attempt/$IMAGE_PULL_ATTEMPTS)"
-    if timeout "$IMAGE_PULL_TIMEOUT_S" docker pull -q "$SERVER_IMAGE" >/dev/null; then
-      report "$PHASE_PREPARE" "docker ready; pulled $SERVER_IMAGE"
-      return 0
-    fi
-    nap "$RETRY_PAUSE_S"
-  done
-  fail "could not pull $SERVER_IMAGE after $IMAGE_PULL_ATTEMPTS attempts"
+  pull_image "$SERVER_IMAGE" announce_pull || fail "could not pull $SERVER_IMAGE after $IMAGE_PULL_ATTEMPTS attempts"
+  report "$PHASE_PREPARE" "docker ready; pulled $SERVER_IMAGE"
+}
+
+announce_pull() {
+  report "$PHASE_PREPARE" "pulling $SERVER_IMAGE (attempt $1/$IMAGE_PULL_ATTEMPTS)"
 }
 
 fetch_tool() {

@@ -1,5 +1,5 @@
 """The rendered startup script: deterministic, shell-quoted, shellcheck clean, carrying the real
-fetch tool and the single source of server flags."""
+fetch tool, the helpers shared with the bake script and the single source of server flags."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from infra import boot_script
-from infra.boot_script import BODY_PATH, FETCH_TOOL_PATH, MAX_SCRIPT_BYTES, render_boot_script
+from infra.boot_script import BODY_PATH, FETCH_TOOL_PATH, LIB_PATH, MAX_SCRIPT_BYTES, render_boot_script
 from infra.config import ConfigError, StackConfig, parse_config
 from infra.llama_cpp import server_image
 from infra.server_args import CONTAINER_API_KEY_FILE, container_model_path, server_args
@@ -63,13 +63,13 @@ def test_same_config_renders_byte_identical_scripts() -> None:
     assert _render() != _render(StackConfig(ctx_size=32768))
 
 
-def test_script_is_shebang_config_fetch_tool_and_verbatim_body(tmp_path: Path) -> None:
+def test_script_is_shebang_config_fetch_tool_lib_and_verbatim_body(tmp_path: Path) -> None:
     script = _render()
     assert script.startswith("#!/bin/bash\n")
-    assert script.endswith(BODY_PATH.read_text())
+    assert script.endswith("\n" + LIB_PATH.read_text() + "\n" + BODY_PATH.read_text())
     assert len(script.encode()) < MAX_SCRIPT_BYTES
     # The heredoc hands the fetch tool to disk byte for byte.
-    function = script[script.index("qwen36_fetch_tool() {") : script.index(BODY_PATH.read_text())]
+    function = script[script.index("qwen36_fetch_tool() {") : script.index(LIB_PATH.read_text())]
     out = subprocess.run(
         ["bash", "-c", function + "\nqwen36_fetch_tool"], capture_output=True, check=True, timeout=30
     ).stdout
@@ -131,8 +131,9 @@ def test_rendered_script_is_shellcheck_clean(tmp_path: Path, api_key_secret: str
     assert result.returncode == 0, result.stdout
 
 
-def test_boot_body_is_shellcheck_clean() -> None:
-    result = _shellcheck(BODY_PATH)
+@pytest.mark.parametrize("path", [BODY_PATH, LIB_PATH], ids=["boot.sh", "lib.sh"])
+def test_boot_body_and_shared_lib_are_shellcheck_clean(path: Path) -> None:
+    result = _shellcheck(path)
     assert result.returncode == 0, result.stdout
 
 

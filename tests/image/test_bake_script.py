@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 
 from infra import boot_protocol
-from infra.bake_script import BAKE_PHASES, BODY_PATH, bake_script_hash, render_bake_script, shell_quote
+from infra.bake_script import (
+    BAKE_PHASES,
+    BODY_PATH,
+    LIB_PATH,
+    bake_script_hash,
+    render_bake_script,
+    shell_quote,
+)
 from infra.config import StackConfig
 from infra.llama_cpp import server_image
 from tests.boot.sandbox import BootResult, Sandbox, base_python
@@ -165,7 +172,7 @@ def test_reports_are_best_effort_when_the_metadata_server_is_unreachable(tmp_pat
     _use_bake_stubs(sandbox)
     result = sandbox.boot()
     assert result.rc == 0, result.log
-    assert "warning: could not write guest attribute phase" in result.log
+    assert "warning: could not write guest attributes detail time phase" in result.log
     assert sandbox.host_state()["docker"]["images"] == [IMAGE]
 
 
@@ -173,7 +180,7 @@ def test_rendering_is_deterministic_and_quoted(script: str) -> None:
     assert render_bake_script(StackConfig()) == script
     assert f"SERVER_IMAGE={shell_quote(IMAGE)}\n" in script
     assert script.startswith("#!/bin/bash\n")
-    assert script.endswith(BODY_PATH.read_text())
+    assert script.endswith("\n" + LIB_PATH.read_text() + "\n" + BODY_PATH.read_text())
     other = render_bake_script(StackConfig(llama_cpp_build=11000))
     assert "server-cuda-b11000" in other
     assert bake_script_hash(other) != bake_script_hash(script)
@@ -187,11 +194,11 @@ def test_shell_quote_survives_bash() -> None:
     assert out.stdout == tricky
 
 
-def test_rendered_script_and_body_are_shellcheck_clean(tmp_path: Path, script: str) -> None:
+def test_rendered_script_body_and_shared_lib_are_shellcheck_clean(tmp_path: Path, script: str) -> None:
     rendered = tmp_path / "bake.sh"
     rendered.write_text(script)
     result = subprocess.run(
-        [str(SHELLCHECK), "--severity=style", str(rendered), str(BODY_PATH)],
+        [str(SHELLCHECK), "--severity=style", str(rendered), str(BODY_PATH), str(LIB_PATH)],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout
