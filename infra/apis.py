@@ -8,11 +8,18 @@ import pulumi
 import pulumi_gcp as gcp
 
 # secretmanager holds the API key; iap carries SSH and the 8080 tunnel when no range is open.
+# iam creates the VM's service account and cloudresourcemanager grants it project roles (log and
+# metric writer); neither is among the APIs a new project starts with, and without them the first
+# `pulumi up` fails with SERVICE_DISABLED on the account or the project IAM member.
+# https://cloud.google.com/service-usage/docs/enabled-service#default
+# https://cloud.google.com/iam/docs/service-accounts-create#before-you-begin
 REQUIRED_SERVICES = (
     "compute.googleapis.com",
     "storage.googleapis.com",
     "secretmanager.googleapis.com",
     "iap.googleapis.com",
+    "iam.googleapis.com",
+    "cloudresourcemanager.googleapis.com",
 )
 
 

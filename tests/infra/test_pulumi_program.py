@@ -63,8 +63,30 @@ def test_apis_enabled_and_left_on(deployed: Deployment) -> None:
         "storage.googleapis.com",
         "secretmanager.googleapis.com",
         "iap.googleapis.com",
+        "iam.googleapis.com",
+        "cloudresourcemanager.googleapis.com",
     }
     assert all(s.inputs["disableOnDestroy"] is False and s.inputs["project"] == GCP_PROJECT for s in services)
+
+
+# The API that serves each kind of GCP resource the program declares; the project IAM members go
+# through Cloud Resource Manager's setIamPolicy, the service account through the IAM API.
+SERVING_API = {
+    "gcp:compute/": "compute.googleapis.com",
+    "gcp:storage/": "storage.googleapis.com",
+    "gcp:secretmanager/": "secretmanager.googleapis.com",
+    "gcp:serviceaccount/": "iam.googleapis.com",
+    "gcp:projects/iAMMember:": "cloudresourcemanager.googleapis.com",
+}
+
+
+def test_every_resource_has_its_api_enabled(deployed: Deployment) -> None:
+    enabled = {s.inputs["service"] for s in deployed.of_type(SERVICE)}
+    gcp_types = {r.type for r in deployed.resources if r.type.startswith("gcp:") and r.type != SERVICE}
+    for token in gcp_types:
+        api = next((a for prefix, a in SERVING_API.items() if token.startswith(prefix)), None)
+        assert api is not None, f"no serving API known for {token}: add it to SERVING_API"
+        assert api in enabled, f"{token} needs {api}, which the program does not enable"
 
 
 def test_network_without_ranges_opens_only_iap(deployed: Deployment) -> None:
