@@ -61,6 +61,13 @@ COLD_START_TOOLING = "~2 min"
 DOCKER_AND_PULL_S = 170
 
 BAKE_SCRIPT_ENV = "QWEN36_BAKE_SCRIPT"
+# A local.Command whose inputs change but whose triggers do not is *updated*, and without an
+# ``update`` command the provider runs ``create`` again. For the bake-wait and stop steps that would
+# re-create (or stop) a builder that step 5 already deleted, leaving a billed VM no later step
+# removes, e.g. after the repo or its venv moved (the wait's command line names the interpreter).
+# A new bake always comes through the triggers (a new builder id), which replace, never update.
+# https://www.pulumi.com/registry/packages/command/api-docs/local/command/#update_python
+NO_OP_UPDATE = "true"
 # The tail of the builder's numeric instance id that goes into the image name.
 BUILDER_ID_DIGITS = 8
 
@@ -251,6 +258,7 @@ class ToolingImage(pulumi.ComponentResource):
             f"{name}-bake-wait",
             create=builder.apply(lambda b: bake_wait_script(cfg, b)),
             dir=str(REPO_ROOT),
+            update=NO_OP_UPDATE,
             environment={BAKE_SCRIPT_ENV: script, "PYTHONUNBUFFERED": "1"},
             # Every step after the builder is re-run for a new builder VM (its id is its stdout).
             triggers=[self.builder.stdout],
@@ -262,6 +270,7 @@ class ToolingImage(pulumi.ComponentResource):
         self.stop = local.Command(
             f"{name}-stop",
             create=builder.apply(lambda b: b.stop()),
+            update=NO_OP_UPDATE,
             triggers=[self.builder.stdout],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.bake_wait]),
         )

@@ -266,6 +266,28 @@ def test_a_failed_bake_deletes_the_builder_and_a_rerun_bakes_afresh(tmp_path: Pa
     assert shell.verbs() == ["describe", "create", "wait"]
 
 
+def _on_update(regs: dict[str, Registration], name: str) -> str:
+    """What the command provider runs when the step's inputs change but its triggers do not."""
+    inputs = regs[name].inputs
+    return str(inputs.get("update") or inputs["create"]).replace(shlex.quote(sys.executable), "python")
+
+
+def test_an_update_after_the_bake_never_brings_the_builder_back(tmp_path: Path) -> None:
+    """E.g. the repo or its venv moved, so the wait's command line differs: nothing may re-bake."""
+    _, regs, _ = _bake()
+    shell = Shell(tmp_path)
+    env = {BAKE_SCRIPT_ENV: regs["tooling-builder"].inputs["environment"][BAKE_SCRIPT_ENV]}
+    for step in ("tooling-builder", "tooling-bake-wait", "tooling-stop"):
+        assert shell.run(_recorded_with_stub_python(regs, step), env).returncode == 0
+    assert shell.run(regs["tooling-delete-builder"].inputs["create"]).returncode == 0
+    (tmp_path / "calls.log").unlink()
+    for step in ("tooling-bake-wait", "tooling-stop", "tooling-delete-builder"):
+        result = shell.run(_on_update(regs, step), env)
+        assert result.returncode == 0, f"{step}: {result.stderr}"
+    assert "create" not in shell.verbs()
+    assert list((tmp_path / "instances").iterdir()) == []
+
+
 def _gcloud_argv(script: str, verb: str) -> list[str]:
     for line in script.splitlines():
         words = shlex.split(line.strip().removeprefix("if ! ").removeprefix("if "), posix=True)
