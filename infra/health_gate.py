@@ -1,11 +1,13 @@
 """A resource at the end of the program that blocks ``pulumi up`` until the server answers.
 
 It is a ``command:local:Command`` on the deployer's machine running ``python -m qwen36 wait``
-(``qwen36/health.py``), bounded by ``timeout_minutes``. A local command runs only on create, never
-on preview, and is re-created only when its ``triggers`` change: the instance id (a replaced VM)
-and the startup script's sha256 (a changed boot). So an unchanged ``pulumi up`` does not wait
-again, and ``pulumi preview`` shows the gate without blocking.
-https://www.pulumi.com/registry/packages/command/api-docs/local/command/
+(``qwen36/health.py``), bounded by ``timeout_minutes``. A local command never runs on preview. It
+is re-created when its ``triggers`` change: the instance id (a replaced VM) and the startup script's
+sha256 (a changed boot). A change to its other inputs (the command line, which names this machine's
+interpreter and the repo's path, or the environment) is an update, and with no ``update`` command
+the provider runs ``create`` again: one more wait, which passes at its first poll when the server is
+up. So an unchanged ``pulumi up`` does not wait again, and ``pulumi preview`` shows the gate
+without blocking. https://www.pulumi.com/registry/packages/command/api-docs/local/command/
 """
 
 from __future__ import annotations
