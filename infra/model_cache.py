@@ -49,7 +49,9 @@ def kept_bucket(project: str, bucket: str) -> str | None:
     """The import id of a bucket of this name that an earlier deployment kept, if there is one.
 
     Listing needs only storage.buckets.list, which creating the bucket needs anyway. A failed
-    invoke fails the whole program at its end even if caught here, so it is not caught.
+    listing is not caught: without it the program cannot tell adopting from creating, and a guess
+    would fail later at the create with a 409. (The Cloud Storage API it calls is on in every new
+    project: https://cloud.google.com/service-usage/docs/enabled-service#default)
     """
     listed = gcp.storage.get_buckets(project=project, prefix=bucket)
     return bucket if any(b.name == bucket for b in listed.buckets or []) else None
