@@ -11,6 +11,8 @@
 # logging, guest-attribute reports, apt and docker helpers); this file is appended verbatim, never
 # edited by the renderer.
 shopt -s inherit_errexit
+# On Ubuntu images gcloud may be a snap; a oneshot unit's PATH is not guaranteed to hold /snap/bin.
+PATH="$PATH:/snap/bin"
 
 # Every location can be moved so the sandbox tests run the real script inside a temp dir.
 STATE_DIR=${QWEN36_STATE_DIR:-/var/lib/qwen36}
