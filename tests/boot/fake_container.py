@@ -1,6 +1,8 @@
 """The sandbox's stand-in for the llama-server container: takes llama-server's arguments (paths
 already mapped to the host), records which model file it loaded (its sha256) and answers /health
-the way llama-server does: 503 "Loading model" during the load, then 200.
+the way llama-server does: 503 "Loading model" during the load, then 200. A context larger than
+the host's GPU fits (``fits_ctx_size`` in its state, when set) ends the load with llama.cpp's CUDA
+out-of-memory lines and exit 1, as on an L4 given too large a ctxSize.
 
 Standard library only; started by the docker stub in a session of its own.
 """
@@ -19,6 +21,14 @@ from pathlib import Path
 
 BIND_ATTEMPTS = 100
 BIND_RETRY_S = 0.05
+OUT_OF_MEMORY = """\
+ggml_backend_cuda_buffer_type_alloc_buffer: allocating {mib}.00 MiB on device 0: \
+cudaMalloc failed: out of memory
+alloc_tensor_range: failed to allocate CUDA0 buffer of size {mib}
+llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache
+common_init_from_params: failed to create context with model
+srv    load_model: failed to load model
+main: exiting due to model loading error"""
 
 
 def main() -> int:
@@ -48,6 +58,11 @@ def main() -> int:
     delays = json.loads(os.environ.get("QWEN36_SANDBOX_DELAYS", "{}"))
     ready_at = loaded_at + float(delays.get("load", 0))
     print(f"main: loading model {args.model} (ctx {args.ctx_size})", flush=True)
+    gpu = json.loads((loads_log.parent / "host.json").read_text())["gpu"]
+    if args.ctx_size > gpu.get("fits_ctx_size", args.ctx_size):
+        # llama.cpp's log, in shape, when the KV cache does not fit in VRAM next to the weights.
+        print(OUT_OF_MEMORY.format(mib=args.ctx_size // 8), flush=True)
+        return 1
 
     served: list[bool] = []
 

@@ -29,6 +29,8 @@ FAKE_CONTAINER = STUB_DIR / "fake_container.py"
 # A container process gets this long to exit on SIGTERM before SIGKILL, like `docker stop -t`.
 STOP_GRACE_S = 2.0
 KILL_ROUNDS = 10
+# The exit code a container gets when its supervisor was killed before it could record one.
+UNKNOWN_EXIT = 255
 
 DRIVER_FAILED = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
@@ -285,12 +287,57 @@ def start_container(container: dict[str, Any]) -> None:
     if "--host" in mapped:
         mapped[mapped.index("--host") + 1] = "127.0.0.1"
     command = [binary, *mapped] if binary else [sys.executable, str(FAKE_CONTAINER), *mapped]
-    # Its own session: the container outlives the boot script, as docker's containers do.
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    exit_file = _exit_file(container)
+    exit_file.unlink(missing_ok=True)
+    # Its own session: the container outlives the boot script, as docker's containers do. The
+    # supervisor (containerd's shim, here) keeps the process's exit code for `docker inspect`.
+    process = subprocess.Popen(
+        [sys.executable, "-S", __file__, "_supervise", str(exit_file), *command],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
     container["pid"] = process.pid
     container["running"] = True
     container["stopped_by_user"] = False
     container["starts"] = container.get("starts", 0) + 1
+
+
+def _exit_file(container: dict[str, Any]) -> Path:
+    return HOST / "containers" / f"{container['name']}.exit"
+
+
+def supervise(argv: list[str]) -> int:
+    """Run a container's process and write its exit code (128 + signal when a signal ended it)."""
+    exit_file, command = Path(argv[0]), argv[1:]
+    # A stop signals the whole process group; only the container's own process acts on it.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    code = subprocess.call(command)
+    code = 128 - code if code < 0 else code
+    tmp = exit_file.with_suffix(".tmp")
+    tmp.write_text(str(code))
+    tmp.replace(exit_file)
+    return code
+
+
+def reap(docker_state: dict[str, Any]) -> None:
+    """What dockerd does when a container's process exits: record its exit code and, under the
+    restart policy, start it again and count the restart. The stub does it when next called.
+    https://docs.docker.com/engine/containers/start-containers-automatically/
+
+    With ``restart_fails`` set a restart cannot start the process (say the nvidia runtime went
+    away); dockerd then leaves the container exited and stops trying (moby daemon/monitor.go).
+    """
+    for container in docker_state["containers"].values():
+        if not container["running"] or alive(container.get("pid") or 0):
+            continue
+        exit_file = _exit_file(container)
+        container["exit_code"] = int(exit_file.read_text()) if exit_file.exists() else UNKNOWN_EXIT
+        container.update(running=False, pid=None)
+        if container["restart"] in ("always", "unless-stopped") or (
+            container["restart"] == "on-failure" and container["exit_code"] != 0
+        ):
+            container["restart_count"] = container.get("restart_count", 0) + 1
+            if not docker_state.get("restart_fails"):
+                start_container(container)
 
 
 def alive(pid: int) -> bool:
@@ -303,21 +350,30 @@ def alive(pid: int) -> bool:
 
 
 def stop_process(pid: int | None) -> None:
+    """Stop a container: its supervisor leads the process group, so the group gets the signals."""
     if not pid or not alive(pid):
         return
     with suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
+        os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE_S
     while time.monotonic() < deadline:
         if not alive(pid):
             return
         time.sleep(0.02)
     with suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
 
 
 def _format(container: dict[str, Any], template: str) -> str:
-    text = template.replace("{{.State.Running}}", "true" if container["running"] else "false")
+    fields = {
+        "{{.State.Running}}": "true" if container["running"] else "false",
+        "{{.State.Status}}": "running" if container["running"] else "exited",
+        "{{.State.ExitCode}}": str(container.get("exit_code", 0)),
+        "{{.RestartCount}}": str(container.get("restart_count", 0)),
+    }
+    text = template
+    for field, value in fields.items():
+        text = text.replace(field, value)
     text = re.sub(
         r'\{\{index \.Config\.Labels "([^"]+)"\}\}', lambda m: container["labels"].get(m[1], ""), text
     )
@@ -331,6 +387,7 @@ def docker(argv: list[str]) -> int:
         docker_state = host["docker"]
         if not docker_state["daemon_running"]:
             return err("Cannot connect to the Docker daemon at unix:///var/run/docker.sock.", 1)
+        reap(docker_state)
     command, rest = argv[0], argv[1:]
     if command == "info":
         if rest[:1] == ["--format"]:
@@ -468,6 +525,8 @@ def main() -> int:
     if cmd == "_power_on":
         power_on()
         return 0
+    if cmd == "_supervise":
+        return supervise(argv)
     record(cmd, argv)
     code = HANDLERS[cmd](argv)
     kill_point(cmd, argv)
