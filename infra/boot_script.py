@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from infra import boot_protocol
-from infra.config import StackConfig
+from infra.config import StackConfig, config_key
 from infra.llama_cpp import server_image
 from infra.model_cache import model_object_name
 from infra.server_args import (
@@ -72,6 +72,8 @@ def render_boot_script(cfg: StackConfig, *, bucket: str, api_key_secret: str | N
         "CONTAINER_MODEL_DIR": CONTAINER_MODEL_DIR,
         "CONTAINER_API_KEY_FILE": CONTAINER_API_KEY_FILE,
         "DEGRADED_CTX_SIZE": str(cfg.degraded_ctx_size),
+        "CTX_SIZE_KEY": config_key("ctx_size"),
+        "DEGRADED_CTX_SIZE_KEY": config_key("degraded_ctx_size"),
         "NVIDIA_DRIVER_BRANCH": driver_branch(cfg.image_family),
         "MODEL_BUCKET": bucket,
         "MODEL_OBJECT": model_object_name(cfg),

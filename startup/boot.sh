@@ -35,6 +35,13 @@ SECRET_TIMEOUT_S=60
 HEALTH_POLLS=180
 HEALTH_POLL_S=5
 HEALTH_PROBE_TIMEOUT_S=5
+# Docker restarts a crashed container forever (--restart unless-stopped), so a load that always
+# fails (CUDA out of memory: a ctxSize too large for the L4) would show only as the whole health
+# bound. Its pause before a restart starts at 100 ms and doubles, and moby's restartmanager resets
+# it once the container ran 10 s (a 22 GB load does): this many restarts since the wait began cost
+# about as many loads. One or two may be a transient fault that a restart cures.
+# https://docs.docker.com/reference/api/engine/version/v1.57/schemas/RestartPolicy/
+CRASH_RESTARTS=3
 SELF_STAGE_TIMEOUT_S=3600
 LOG_TAIL_LINES=20
 
@@ -391,10 +398,27 @@ step_server() {
     --label "$SPEC_LABEL=$spec" "${opts[@]}" "$SERVER_IMAGE" "${args[@]}" >/dev/null
 }
 
+container_state() {
+  # "RESTARTS STATUS EXITCODE", or nothing when docker does not answer (the health bound still holds).
+  timeout "$DOCKER_CMD_TIMEOUT_S" docker inspect \
+    --format '{{.RestartCount}} {{.State.Status}} {{.State.ExitCode}}' "$CONTAINER_NAME" 2>/dev/null || true
+}
+
+log_tail() {
+  # The container's last log lines on one line, after a hint when they show the GPU out of memory.
+  local lines key=$CTX_SIZE_KEY
+  lines=$(timeout "$DOCKER_CMD_TIMEOUT_S" docker logs --tail "$LOG_TAIL_LINES" "$CONTAINER_NAME" 2>&1 || true)
+  if grep -qiE 'out of memory|cudaMalloc failed|failed to allocate' <<<"$lines"; then
+    ((DEGRADED == 0)) || key=$DEGRADED_CTX_SIZE_KEY
+    printf 'the GPU ran out of memory loading the model: lower %s; ' "$key"
+  fi
+  printf 'last log lines: %s' "$(tr '\n' '|' <<<"$lines")"
+}
+
 step_ready() {
   CURRENT_PHASE=$PHASE_SERVER
   report "$PHASE_SERVER" "waiting for $HEALTH_URL"
-  local i pause
+  local i pause restarts status code crashes why baseline=""
   pause=$(scaled "$HEALTH_POLL_S")
   for ((i = 0; i < HEALTH_POLLS; i++)); do
     if curl -fsS --max-time "$HEALTH_PROBE_TIMEOUT_S" "$HEALTH_URL" >/dev/null 2>&1; then
@@ -406,12 +430,22 @@ step_ready() {
       report "$PHASE_READY" "$detail"
       return 0
     fi
+    read -r restarts status code _ <<<"$(container_state)" || true
+    if [[ $restarts =~ ^[0-9]+$ ]]; then
+      # Counted from the first look: a container left running may carry restarts from long ago.
+      baseline=${baseline:-$restarts}
+      if [[ $status == exited || $status == dead ]]; then
+        fail "llama-server exited (exit code $code) and docker does not restart it; $(log_tail)"
+      fi
+      crashes=$((restarts - baseline))
+      if ((crashes >= CRASH_RESTARTS)); then
+        why="exit code $code, restarted $crashes times by docker, $(seconds_since_boot) s after boot"
+        fail "llama-server keeps exiting ($why); $(log_tail)"
+      fi
+    fi
     sleep "$pause"
   done
-  local tail_lines
-  tail_lines=$(timeout "$DOCKER_CMD_TIMEOUT_S" docker logs --tail "$LOG_TAIL_LINES" "$CONTAINER_NAME" 2>&1 |
-    tr '\n' '|' || true)
-  fail "not healthy after $((HEALTH_POLLS * HEALTH_POLL_S)) s; last log lines: $tail_lines"
+  fail "not healthy after $((HEALTH_POLLS * HEALTH_POLL_S)) s; $(log_tail)"
 }
 
 self_stage() {

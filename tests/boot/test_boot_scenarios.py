@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import stat
 import urllib.parse
 import urllib.request
 from typing import Any
 
-from infra.boot_script import render_boot_script
+from infra.boot_script import BODY_PATH, render_boot_script
 from tests.boot.sandbox import BootResult, Sandbox
 from tests.boot.world import API_KEY, MODEL_FILE, PROJECT_ID, SECRET, Model, SandboxFactory, config
 from tests.cache.hf_server import HfServer
@@ -21,6 +22,7 @@ from tests.cache.hf_server import HfServer
 MARKER = MODEL_FILE + ".verified"
 ECC_MARKER = "ecc-reboot-requested"
 DOWNLOAD_REPORTS = ("fetching gs://", "from HuggingFace")
+HEALTH_POLLS = int(re.search(r"^HEALTH_POLLS=(\d+)$", BODY_PATH.read_text(), re.MULTILINE)[1])  # type: ignore[index]
 
 
 def only_good_model(sandbox: Sandbox, model: Model) -> None:
@@ -336,3 +338,75 @@ def test_server_that_never_gets_healthy_fails_with_its_log(make_sandbox: Sandbox
     detail = sandbox.guest_attributes()["detail"]
     assert detail.startswith("server: not healthy after 900 s; last log lines:")
     assert "main: loading model" in detail
+
+
+def _state_polls(result: BootResult) -> int:
+    """How many times the ready step looked at the container's restart count (once per health poll)."""
+    return sum(1 for a in result.commands("docker") if a[:1] == ["inspect"] and "{{.RestartCount}}" in a[2])
+
+
+def test_server_that_crashes_at_load_fails_fast_with_the_restart_count_and_a_ctx_hint(
+    make_sandbox: SandboxFactory,
+) -> None:
+    # 900 s of health bound would be 9 s here; the boot must not wait it out.
+    sandbox = make_sandbox()
+    sandbox.edit_host(lambda host: host["gpu"].update(fits_ctx_size=32768))
+    sandbox.boot()
+    result = sandbox.boot()
+    assert result.rc == 1 and result.phases[-1] == "failed", result.log
+    detail = sandbox.guest_attributes()["detail"]
+    assert detail.startswith("server: llama-server keeps exiting (exit code 1, restarted 3 times by docker,")
+    assert (
+        "the GPU ran out of memory loading the model: lower qwen36-mtp-l4:ctxSize; last log lines:" in detail
+    )
+    assert "cudaMalloc failed: out of memory" in detail
+    assert _state_polls(result) < HEALTH_POLLS // 4, result.log
+    container = sandbox.containers()["llama-server"]
+    assert container["restart_count"] >= 3 and container["exit_code"] == 1
+    assert served(sandbox) == []
+
+
+def test_crash_while_degraded_points_at_the_degraded_ctx_size(make_sandbox: SandboxFactory) -> None:
+    sandbox = make_sandbox()
+    sandbox.edit_host(lambda host: host["gpu"].update(ecc_locked=True, fits_ctx_size=4096))
+    result = sandbox.boot()
+    assert result.rc == 1 and result.phases[-1] == "failed", result.log
+    detail = sandbox.guest_attributes()["detail"]
+    assert detail.startswith("server: llama-server keeps exiting (exit code 1, restarted 3 times by docker,")
+    assert "lower qwen36-mtp-l4:degradedCtxSize; last log lines:" in detail
+    assert _state_polls(result) < HEALTH_POLLS // 4, result.log
+
+
+def test_server_that_docker_gives_up_restarting_fails_at_once(make_sandbox: SandboxFactory) -> None:
+    sandbox = make_sandbox()
+    sandbox.edit_host(lambda host: host["gpu"].update(fits_ctx_size=32768))
+    sandbox.edit_host(lambda host: host["docker"].update(restart_fails=True))
+    sandbox.boot()
+    result = sandbox.boot()
+    assert result.rc == 1 and result.phases[-1] == "failed", result.log
+    detail = sandbox.guest_attributes()["detail"]
+    assert detail.startswith("server: llama-server exited (exit code 1) and docker does not restart it;")
+    assert "lower qwen36-mtp-l4:ctxSize; last log lines:" in detail
+    assert _state_polls(result) < HEALTH_POLLS // 4, result.log
+
+
+def test_slow_load_without_restarts_still_becomes_ready(make_sandbox: SandboxFactory) -> None:
+    sandbox = make_sandbox(delays={"load": 2.0})
+    sandbox.boot()
+    result = sandbox.boot()
+    assert_ready(sandbox, result)
+    # The container was looked at on many polls while it answered 503, and never counted as crashing.
+    assert _state_polls(result) >= 5, result.log
+    assert sandbox.containers()["llama-server"].get("restart_count", 0) == 0
+
+
+def test_restarts_from_before_the_boot_do_not_count_as_a_crash_loop(make_sandbox: SandboxFactory) -> None:
+    sandbox = make_sandbox(delays={"load": 2.0})
+    sandbox.boot()
+    assert_ready(sandbox, sandbox.boot())
+    # docker restarted it a few times in the past (an old crash); today it loads fine, slowly.
+    sandbox.edit_host(lambda host: host["docker"]["containers"]["llama-server"].update(restart_count=7))
+    result = sandbox.boot()
+    assert_ready(sandbox, result)
+    assert container_calls(result) == [], "the running container was left alone"
+    assert _state_polls(result) >= 5, result.log
