@@ -19,11 +19,6 @@ SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 NETWORK_TIER = "PREMIUM"
 
 
-def stock_image(cfg: StackConfig) -> str:
-    """The newest image of the configured family (the Deep Learning VM with the NVIDIA driver)."""
-    return f"projects/{cfg.image_project}/global/images/family/{cfg.image_family}"
-
-
 def scheduling_args(cfg: StackConfig) -> gcp.compute.InstanceSchedulingArgs:
     # GPUs cannot live-migrate, so host maintenance must stop the VM (TERMINATE) either way.
     # https://cloud.google.com/compute/docs/gpus/gpu-host-maintenance
