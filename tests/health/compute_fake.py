@@ -13,10 +13,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
 from infra import boot_protocol
+from tests.health.stub_http import serve_on_loopback
 
 PREFIX = "/compute/v1/projects/"
 
@@ -98,12 +99,5 @@ def _handler(vm: FakeVm) -> type[BaseHTTPRequestHandler]:
 @contextmanager
 def fake_compute_api(vm: FakeVm) -> Iterator[str]:
     """Serves ``vm`` on a free loopback port; yields the endpoint for ``ClientOptions(api_endpoint=...)``."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(vm))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serve_on_loopback(_handler(vm)) as endpoint:
+        yield endpoint

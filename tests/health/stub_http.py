@@ -9,6 +9,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 @contextmanager
+def serve_on_loopback(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serves ``handler`` on a free loopback port in a thread; yields the base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@contextmanager
 def stub_server(status: int, body: bytes, content_type: str = "application/json") -> Iterator[str]:
     """Answers every GET with ``status`` and ``body``; yields the base URL."""
 
@@ -23,12 +37,5 @@ def stub_server(status: int, body: bytes, content_type: str = "application/json"
             self.end_headers()
             self.wfile.write(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serve_on_loopback(Handler) as url:
+        yield url
