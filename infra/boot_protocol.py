@@ -2,17 +2,90 @@
 
 The VM writes its progress to guest attributes, which the deployer reads through the Compute API
 without any network path to the VM. https://cloud.google.com/compute/docs/metadata/manage-guest-attributes
+
+NOTE: the same page documents a write limit of about 10 writes a minute per VM, with bursts of
+3 a second, and says that writes over it may be dropped. So a report is one key (``KEY_REPORT``)
+holding phase, time, boot id and detail in one value, progress is written at most every
+``PROGRESS_MIN_INTERVAL_S``, and the deployer polls at most every ``GATE_POLL_MIN_S``.
+
+A report's value is one line: ``<phase> <utc-time> <boot-id> <detail...>`` (single spaces; phase
+and boot id never contain spaces; the detail is everything after the third space and may be
+empty). The boot id is the kernel's (``/proc/sys/kernel/random/boot_id``), so the deployer can
+tell a report of the current boot from one left by an earlier boot, and the time lets it compare
+the report with the instance's last start.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
 NAMESPACE = "qwen36"
+KEY_REPORT = "report"
+# The three keys of the first version (three writes a report); they go once writers and the gate use KEY_REPORT.
 KEY_PHASE = "phase"
 KEY_DETAIL = "detail"
 KEY_TIME = "time"
+
+# Documented limits (manage-guest-attributes, above), and the budget this project keeps under them.
+GUEST_ATTR_WRITES_PER_MINUTE = 10
+GUEST_ATTR_BURST_PER_SECOND = 3
+PROGRESS_MIN_INTERVAL_S = 30
+GATE_POLL_MIN_S = 15
 
 # Phases in the order a boot goes through them. "ready" and "failed" end a boot; a boot that could
 # not turn ECC off reports "ready" with the degraded context in its detail, so the gate passes.
 PHASES = ("boot", "driver", "ecc", "prepare", "model", "api-key", "server", "ready")
 PHASE_READY = "ready"
 PHASE_FAILED = "failed"
+
+# GCE caps a guest attribute value; a report keeps well under it.
+DETAIL_MAX_CHARS = 900
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+_TOKEN_RE = re.compile(r"^[^\s]+$")
+
+
+class ReportFormatError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Report:
+    phase: str
+    time: datetime
+    boot_id: str
+    detail: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.phase == PHASE_READY
+
+    @property
+    def failed(self) -> bool:
+        return self.phase == PHASE_FAILED
+
+
+def format_report(report: Report) -> str:
+    """The value the VM writes under ``KEY_REPORT`` (the bash writer in startup/lib.sh matches it)."""
+    for label, token in (("phase", report.phase), ("boot id", report.boot_id)):
+        if not _TOKEN_RE.match(token):
+            raise ReportFormatError(f"{label} {token!r} must be one word")
+    detail = " ".join(report.detail.split())[:DETAIL_MAX_CHARS]
+    stamp = report.time.astimezone(timezone.utc).strftime(TIME_FORMAT)
+    return f"{report.phase} {stamp} {report.boot_id} {detail}".rstrip(" ")
+
+
+def parse_report(value: str) -> Report:
+    """The inverse of :func:`format_report`; raises :class:`ReportFormatError` on anything else."""
+    parts = value.strip("\n").split(" ", 3)
+    if len(parts) < 3:
+        raise ReportFormatError(f"a report needs phase, time and boot id: {value[:120]!r}")
+    phase, stamp, boot_id = parts[:3]
+    try:
+        time = datetime.strptime(stamp, TIME_FORMAT).replace(tzinfo=timezone.utc)
+    except ValueError:
+        raise ReportFormatError(f"bad report time {stamp!r} in {value[:120]!r}") from None
+    if not phase or not boot_id:
+        raise ReportFormatError(f"empty phase or boot id in {value[:120]!r}")
+    return Report(phase=phase, time=time, boot_id=boot_id, detail=parts[3] if len(parts) > 3 else "")
