@@ -10,8 +10,8 @@ from infra.identity import Identity, IdentityArgs
 from infra.model_cache import ModelCache, ModelCacheArgs
 from infra.network import NetworkAccess, NetworkAccessArgs
 from infra.outputs import export_all
-from infra.server import Server, ServerArgs
 from infra.server_args import PORT
+from infra.server_group import ServerGroup, ServerGroupArgs
 from infra.tooling_image import ToolingImage, ToolingImageArgs, choose_server_image
 
 # Both read and validated before any resource is declared: a bad value stops here.
@@ -65,43 +65,47 @@ tooling = (
 )
 boot_image = choose_server_image(cfg, project, tooling)
 
-server = Server(
+server = ServerGroup(
     "server",
-    ServerArgs(
+    ServerGroupArgs(
         cfg=cfg,
         project=project,
-        instance_name=name,
+        group_name=name,
         image=boot_image.image,
         service_account_email=identity.email,
         bucket=cache.bucket_name,
         api_key_secret=api_key.secret_id if api_key else None,
         network_tag=network_tag,
+        target_size=cfg.replicas,
         labels=labels,
         # The boot reads the bucket, the secret and through the firewall from its first second.
         depends_on=[apis, network, identity, cache] + ([api_key] if api_key else []),
     ),
 )
 
-# `pulumi up` ends only when the server answers: over HTTP when a source range is open, else by
-# the boot's own report in guest attributes. A new VM or a changed boot script waits again.
+# `pulumi up` ends only when a member of the group answers: over HTTP when a source range is open,
+# else by the boot's own report in guest attributes. A new template (any change to the VM) waits again.
 gate = HealthGate(
     "health",
     HealthGateArgs(
-        instance=server.instance,
-        zone=server.zone,
         project=project,
+        region=server.region,
+        group_name=server.group_name,
+        template_id=server.template_id,
         startup_script_sha256=server.startup_script_sha256,
-        url=server.static_ip.apply(lambda ip: f"http://{ip}:{PORT}") if cfg.public_endpoint else None,
+        url=server.static_ip.apply(lambda ip: f"http://{ip}:{PORT}" if ip else None)
+        if cfg.public_endpoint and cfg.replicas == 1
+        else None,
         api_key=api_key.api_key if api_key else None,
         timeout_minutes=cfg.health_timeout_minutes,
+        depends_on=[server.group],
     ),
 )
 
 export_all(
     cfg,
     project=project,
-    instance_name=server.instance_name,
-    zone=server.zone,
+    group_name=server.group_name,
     static_ip=gate.after(server.static_ip),
     bucket=cache.bucket_name,
     model_uri=cache.model_uri,

@@ -42,6 +42,11 @@ GIB = 1024**3
 # Nominal size of the default model file, used for disk sizing when modelSizeBytes is not pinned.
 NOMINAL_MODEL_BYTES = 23_000_000_000
 
+# The L4 zones of the default region (gcloud compute accelerator-types list --filter="name=nvidia-l4").
+DEFAULT_ZONES = ("us-central1-a", "us-central1-b", "us-central1-c")
+# A deliberate ceiling: every replica is one more L4 billed by the hour.
+MAX_REPLICAS = 8
+
 _ZONE_RE = re.compile(r"^(?P<region>[a-z]+-[a-z]+[0-9]+)-[a-z]$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -71,7 +76,8 @@ class StackConfig(BaseModel):
 
     # Placement and machine.
     region: str = "us-central1"
-    zone: str = "us-central1-a"
+    zones: list[str] = Field(default_factory=lambda: list(DEFAULT_ZONES))
+    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     machine_type: str = "g2-standard-8"
     accelerator_type: Literal["nvidia-l4"] = "nvidia-l4"
     accelerator_count: Literal[1] = 1
@@ -112,12 +118,17 @@ class StackConfig(BaseModel):
     api_key: bool = True
     health_timeout_minutes: int = Field(default=20, ge=1, le=120)
 
-    @field_validator("zone")
+    @field_validator("zones")
     @classmethod
-    def _zone_shape(cls, zone: str) -> str:
-        if not _ZONE_RE.match(zone):
-            raise ValueError("must be a zone name such as 'us-central1-a'")
-        return zone
+    def _zone_shape(cls, zones: list[str]) -> list[str]:
+        if not zones:
+            raise ValueError("must list at least one zone of `region` that offers nvidia-l4")
+        for zone in zones:
+            if not _ZONE_RE.match(zone):
+                raise ValueError(f"{zone!r} is not a zone name such as 'us-central1-a'")
+        if len(set(zones)) != len(zones):
+            raise ValueError("lists a zone twice")
+        return zones
 
     @field_validator("machine_type")
     @classmethod
@@ -177,9 +188,10 @@ class StackConfig(BaseModel):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> StackConfig:
-        match = _ZONE_RE.match(self.zone)
-        if match and match["region"] != self.region:
-            raise _FieldError("zone", f"zone {self.zone!r} is not in region {self.region!r}")
+        for zone in self.zones:
+            match = _ZONE_RE.match(zone)
+            if match and match["region"] != self.region:
+                raise _FieldError("zones", f"zone {zone!r} is not in region {self.region!r}")
         opens_everything = _PUBLIC in {ipaddress.ip_network(c) for c in self.source_ranges}
         if opens_everything and not self.allow_public_internet:
             raise _FieldError(
@@ -219,6 +231,11 @@ class StackConfig(BaseModel):
         return BOOT_DISK_BASE_GB + SERVER_IMAGE_GB + DISK_HEADROOM_GB + model_gb
 
     @property
+    def builder_zone(self) -> str:
+        """The zone for single-VM jobs (the tooling image builder): the first of ``zones``."""
+        return self.zones[0]
+
+    @property
     def public_endpoint(self) -> bool:
         """Whether any source range outside Google's IAP proxies may reach port 8080."""
         return bool(self.source_ranges)
@@ -234,6 +251,16 @@ class _FieldError(ValueError):
 
 def config_key(field: str) -> str:
     return f"{PROJECT}:{to_camel(field)}"
+
+
+# Keys of earlier versions, with what replaced them.
+_REMOVED_KEYS = {
+    "zone": (
+        "was removed: the server is now a regional managed instance group; use "
+        f"{PROJECT}:zones, a list of the region's L4 zones, e.g. "
+        '`pulumi config set --path "zones[0]" us-central1-a`'
+    ),
+}
 
 
 def _field_types() -> dict[str, Any]:
@@ -270,6 +297,8 @@ def parse_config(raw: Mapping[str, Any]) -> StackConfig:
         namespace, _, key = full_key.partition(":")
         if namespace != PROJECT:
             continue
+        if key in _REMOVED_KEYS:
+            raise ConfigError(full_key, _REMOVED_KEYS[key])
         if key not in types:
             known = ", ".join(sorted(types))
             close = difflib.get_close_matches(key, types, n=1, cutoff=0.6)

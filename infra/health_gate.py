@@ -1,13 +1,15 @@
-"""A resource at the end of the program that blocks ``pulumi up`` until the server answers.
+"""A resource at the end of the program that blocks ``pulumi up`` until the group serves.
 
 It is a ``command:local:Command`` on the deployer's machine running ``python -m qwen36 wait``
-(``qwen36/health.py``), bounded by ``timeout_minutes``. A local command never runs on preview. It
-is re-created when its ``triggers`` change: the instance id (a replaced VM) and the startup script's
-sha256 (a changed boot). A change to its other inputs (the command line, which names this machine's
-interpreter and the repo's path, or the environment) is an update, and with no ``update`` command
-the provider runs ``create`` again: one more wait, which passes at its first poll when the server is
-up. So an unchanged ``pulumi up`` does not wait again, and ``pulumi preview`` shows the gate
-without blocking. https://www.pulumi.com/registry/packages/command/api-docs/local/command/
+(``qwen36/health.py``) against the regional managed instance group, bounded by
+``timeout_minutes``: it passes once a member is RUNNING and its server answers, and tells stockouts
+and quota errors apart while it waits. A local command never runs on preview. It is re-created when
+its ``triggers`` change: the instance template's self link (every change to the VM's shape or boot
+is a new template, which the group rolls out) and the startup script's sha256. A change to its
+other inputs (the command line, which names this machine's interpreter, or the environment) is an
+update, and with no ``update`` command the provider runs ``create`` again: one more wait, which
+passes at its first poll when the server is up. So an unchanged ``pulumi up`` does not wait again.
+https://www.pulumi.com/registry/packages/command/api-docs/local/command/
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pulumi
-import pulumi_gcp as gcp
 from pulumi_command import local
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -31,25 +32,27 @@ T = TypeVar("T")
 
 @dataclass
 class HealthGateArgs:
-    instance: gcp.compute.Instance | pulumi.Input[str]
-    """The server VM, or its name (then ``instance_id`` should carry its id for the trigger)."""
-    zone: pulumi.Input[str]
     project: pulumi.Input[str]
+    region: pulumi.Input[str]
+    group_name: pulumi.Input[str]
+    """The regional group's GCE name; the wait finds its current member through the Compute API."""
+    template_id: pulumi.Input[str]
+    """The instance template's self link: a new template means a rollout, so the gate waits again."""
     startup_script_sha256: pulumi.Input[str]
     url: pulumi.Input[str] | None = None
     """``http://<ip>:8080`` when the deployer can reach the port; None (IAP only) follows the VM's report."""
     api_key: pulumi.Input[str] | None = None
     timeout_minutes: int = DEFAULT_TIMEOUT_MINUTES
     poll_seconds: float = 5.0
-    instance_id: pulumi.Input[str] | None = None
+    depends_on: list[pulumi.Resource] | None = None
 
 
 def wait_command(
     *,
     mode: str,
     project: str,
-    zone: str,
-    instance: str,
+    region: str,
+    group: str,
     timeout_minutes: int,
     poll_seconds: float,
     url: str | None,
@@ -61,8 +64,8 @@ def wait_command(
         argv += ["--url", url]
     argv += [
         "--project", project,
-        "--zone", zone,
-        "--instance", instance,
+        "--region", region,
+        "--group", group,
         "--timeout-minutes", str(timeout_minutes),
         "--poll-seconds", f"{poll_seconds:g}",
     ]  # fmt: skip
@@ -75,24 +78,15 @@ class HealthGate(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: HealthGateArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("qwen36:infra:HealthGate", name, None, opts)
-        depends_on: list[pulumi.Resource] = []
-        if isinstance(args.instance, gcp.compute.Instance):
-            instance_name: pulumi.Input[str] = args.instance.name
-            instance_id: pulumi.Input[str] = args.instance.instance_id
-            depends_on.append(args.instance)
-        else:
-            instance_name = args.instance
-            instance_id = args.instance_id if args.instance_id is not None else args.instance
-
         self.mode = "http" if args.url is not None else "guest-attributes"
         command = pulumi.Output.all(
-            project=args.project, zone=args.zone, instance=instance_name, url=args.url
+            project=args.project, region=args.region, group=args.group_name, url=args.url
         ).apply(
             lambda v: wait_command(
                 mode=self.mode,
                 project=v["project"],
-                zone=v["zone"],
-                instance=v["instance"],
+                region=v["region"],
+                group=v["group"],
                 timeout_minutes=args.timeout_minutes,
                 poll_seconds=args.poll_seconds,
                 url=v["url"],
@@ -107,8 +101,8 @@ class HealthGate(pulumi.ComponentResource):
             create=command,
             dir=str(REPO_ROOT),
             environment=environment,
-            triggers=[instance_id, args.startup_script_sha256],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+            triggers=[args.template_id, args.startup_script_sha256],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on or [])),
         )
         self.ready = self.command.stdout.apply(lambda _out: True)
         self.register_outputs({"ready": self.ready, "mode": self.mode})

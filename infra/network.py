@@ -18,6 +18,9 @@ from infra.server_args import PORT
 # https://cloud.google.com/iap/docs/using-tcp-forwarding#create-firewall-rule
 IAP_SOURCE_RANGE = "35.235.240.0/20"
 SSH_PORT = 22
+# Google's health checkers (autohealing, load balancers) probe from these ranges.
+# https://cloud.google.com/load-balancing/docs/health-check-concepts#ip-ranges
+HEALTH_CHECK_RANGES = ("35.191.0.0/16", "130.211.0.0/22")
 DEFAULT_NETWORK = "default"
 
 
@@ -35,6 +38,7 @@ class NetworkAccess(pulumi.ComponentResource):
 
     public_rule: gcp.compute.Firewall | None
     iap_rule: gcp.compute.Firewall
+    health_check_rule: gcp.compute.Firewall
     public_ranges: pulumi.Output[list[str]]
 
     def __init__(
@@ -63,6 +67,19 @@ class NetworkAccess(pulumi.ComponentResource):
             description="SSH and llama-server through IAP TCP forwarding",
             allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=[str(SSH_PORT), str(PORT)])],
             source_ranges=[IAP_SOURCE_RANGE],
+            target_tags=[args.network_tag],
+            opts=child,
+        )
+        # The group's autohealing probes /health on the serving port only; without this rule every
+        # member would look dead and be recreated after the initial delay. Other paths still need the key.
+        self.health_check_rule = gcp.compute.Firewall(
+            f"{name}-health-checks",
+            project=args.project,
+            network=args.network,
+            direction="INGRESS",
+            description=f"Google health checks of llama-server (tcp:{PORT}) for autohealing",
+            allows=[gcp.compute.FirewallAllowArgs(protocol="tcp", ports=[str(PORT)])],
+            source_ranges=list(HEALTH_CHECK_RANGES),
             target_tags=[args.network_tag],
             opts=child,
         )

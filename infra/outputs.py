@@ -18,54 +18,65 @@ LOCAL_TUNNEL_HOST = "localhost"
 
 
 PLAIN_OUTPUT_KEYS = (
-    "webUiUrl", "apiBaseUrl", "metricsUrl", "access", "instanceName", "zone", "staticIp",
-    "logsSerial", "logsContainer", "sshIap", "iapTunnel", "stop", "start", "delete",
+    "webUiUrl", "apiBaseUrl", "metricsUrl", "access", "groupName", "region", "zones", "staticIp",
+    "logsSerial", "logsContainer", "sshIap", "iapTunnel", "members", "stop", "start",
     "estimatedHourlyCostUsd", "estimatedHourlyCostNote",
 )  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Place:
-    """Plain values of one deployed server, resolved from the resources' outputs."""
+    """Plain values of one deployed server group, resolved from the resources' outputs."""
 
     project: str
-    instance: str
-    zone: str
-    static_ip: str
+    region: str
+    group: str
+    zones: tuple[str, ...]
+    static_ip: str | None
+    replicas: int = 1
 
 
-def base_url(cfg: StackConfig, static_ip: str) -> str:
+def base_url(cfg: StackConfig, static_ip: str | None) -> str:
     """The server's origin as the user reaches it: the static IP if a range is open, else the tunnel."""
-    host = static_ip if cfg.public_endpoint else LOCAL_TUNNEL_HOST
+    host = static_ip if cfg.public_endpoint and static_ip else LOCAL_TUNNEL_HOST
     return f"http://{host}:{PORT}"
 
 
-def _where(place: Place) -> str:
-    return f"--zone={shlex.quote(place.zone)} --project={shlex.quote(place.project)}"
+def _group_args(place: Place) -> str:
+    return (
+        f"--project={shlex.quote(place.project)} --region={shlex.quote(place.region)} "
+        f"--group={shlex.quote(place.group)}"
+    )
+
+
+def _gcloud_group(place: Place) -> str:
+    return (
+        f"{shlex.quote(place.group)} --region={shlex.quote(place.region)} "
+        f"--project={shlex.quote(place.project)}"
+    )
 
 
 def commands(place: Place) -> dict[str, str]:
-    inst = shlex.quote(place.instance)
-    where = _where(place)
-    container_logs = shlex.quote(f"sudo docker logs -f {CONTAINER_NAME}")
+    """Members get new names and may change zone on every repair, so the commands that reach one
+    find the group's current member first (``python -m qwen36 tunnel|ssh|logs``, run from the
+    repo); stopping and starting go through the group, which would otherwise repair a stopped VM."""
+    where = _group_args(place)
+    group = _gcloud_group(place)
     return {
-        # The boot script's output reaches serial port 1 with this prefix, even before SSH works.
-        "logsSerial": f"gcloud compute instances get-serial-port-output {inst} {where} | grep startup-script",
-        "logsContainer": f"gcloud compute ssh {inst} {where} --tunnel-through-iap --command {container_logs}",
-        "sshIap": f"gcloud compute ssh {inst} {where} --tunnel-through-iap",
-        "iapTunnel": (
-            f"gcloud compute start-iap-tunnel {inst} {PORT} "
-            f"--local-host-port={LOCAL_TUNNEL_HOST}:{PORT} {where}"
-        ),
-        "stop": f"gcloud compute instances stop {inst} {where}",
-        "start": f"gcloud compute instances start {inst} {where}",
-        "delete": f"gcloud compute instances delete {inst} {where}",
+        # The boot script's output reaches serial port 1 with a startup-script prefix, even before SSH works.
+        "logsSerial": f"python -m qwen36 logs --serial {where}",
+        "logsContainer": f"python -m qwen36 logs {where}",
+        "sshIap": f"python -m qwen36 ssh {where}",
+        "iapTunnel": f"python -m qwen36 tunnel {where}",
+        "members": f"gcloud compute instance-groups managed list-instances {group}",
+        "stop": f"gcloud compute instance-groups managed resize {group} --size=0",
+        "start": f"gcloud compute instance-groups managed resize {group} --size={place.replicas}",
     }
 
 
 def access_note(cfg: StackConfig, place: Place) -> str:
     tunnel = commands(place)["iapTunnel"]
-    if cfg.public_endpoint:
+    if cfg.public_endpoint and place.static_ip:
         ranges = ", ".join(cfg.source_ranges)
         return (
             f"Port {PORT} is open to {ranges} at http://{place.static_ip}:{PORT}; "
@@ -78,7 +89,7 @@ def access_note(cfg: StackConfig, place: Place) -> str:
     )
 
 
-def urls(cfg: StackConfig, static_ip: str) -> dict[str, str]:
+def urls(cfg: StackConfig, static_ip: str | None) -> dict[str, str]:
     origin = base_url(cfg, static_ip)
     return {"webUiUrl": f"{origin}/", "apiBaseUrl": f"{origin}/v1", "metricsUrl": f"{origin}/metrics"}
 
@@ -89,8 +100,9 @@ def plain_outputs(cfg: StackConfig, place: Place) -> dict[str, Any]:
     outputs = {
         **urls(cfg, place.static_ip),
         "access": access_note(cfg, place),
-        "instanceName": place.instance,
-        "zone": place.zone,
+        "groupName": place.group,
+        "region": place.region,
+        "zones": list(place.zones),
         "staticIp": place.static_ip,
         **commands(place),
         "estimatedHourlyCostUsd": cost.usd_per_hour,
@@ -104,21 +116,19 @@ def export_all(
     cfg: StackConfig,
     *,
     project: pulumi.Input[str],
-    instance_name: pulumi.Input[str],
-    zone: pulumi.Input[str],
-    static_ip: pulumi.Input[str],
+    group_name: pulumi.Input[str],
+    static_ip: pulumi.Input[str | None],
     bucket: pulumi.Input[str],
     model_uri: pulumi.Input[str],
     api_key: pulumi.Input[str] | None,
 ) -> None:
     """Export the stack outputs; each key of :func:`plain_outputs` becomes one stack output."""
 
-    def resolve(values: dict[str, str]) -> dict[str, Any]:
-        return plain_outputs(cfg, Place(**values))
+    def resolve(values: dict[str, Any]) -> dict[str, Any]:
+        place = Place(region=cfg.region, zones=tuple(cfg.zones), replicas=cfg.replicas, **values)
+        return plain_outputs(cfg, place)
 
-    place = pulumi.Output.all(project=project, instance=instance_name, zone=zone, static_ip=static_ip).apply(
-        resolve
-    )
+    place = pulumi.Output.all(project=project, group=group_name, static_ip=static_ip).apply(resolve)
     for key in PLAIN_OUTPUT_KEYS:
         pulumi.export(key, place.apply(operator.itemgetter(key)))
     pulumi.export("modelBucket", bucket)

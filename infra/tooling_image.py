@@ -241,7 +241,7 @@ class ToolingImage(pulumi.ComponentResource):
         self.family = tooling_family(cfg.llama_cpp_build)
         script = render_bake_script(cfg)
         builder = pulumi.Output.from_input(args.project).apply(
-            lambda project: Builder(builder_name(cfg), project, cfg.zone, args.network)
+            lambda project: Builder(builder_name(cfg), project, cfg.builder_zone, args.network)
         )
 
         self.builder = local.Command(

@@ -1,17 +1,21 @@
-"""Wait until the deployed llama-server answers, or fail with a diagnosis a person can act on.
+"""Wait until the deployed server group serves, or fail with a diagnosis a person can act on.
 
-Two ways to decide readiness:
+The server is a regional managed instance group (``infra/server_group.py``); its member may be
+created, preempted, repaired into another zone or stocked out while the deployer waits. So every
+``GATE_POLL_MIN_S`` or more the wait asks the Compute API for the group's current member and the
+group's errors (``qwen36/group.py``), and passes when a member is RUNNING and the server answers:
 
 * ``http``: the deployer reaches port 8080, so ``<url>/health`` decides. Connection refused, a
   503 while the model loads, a 401 or anything but ``200 {"status": "ok"}`` is "not ready"; with an
   API key, an authenticated ``/v1/models`` must also answer 200, so a key mismatch is caught here.
-* ``guest-attributes``: the port is open only to an IAP tunnel, so the VM's own report decides:
-  the boot script writes its phase to guest attributes (``infra/boot_protocol.py``), which the
-  deployer reads through the Compute API with its own credentials.
+* ``guest-attributes``: the port is open only to an IAP tunnel, so the member's own report decides
+  (``infra/boot_protocol.py``, key ``report``), read with the deployer's credentials.
 
-In both modes the VM's report (when readable) supplies the progress lines (phase, detail such as
-model bytes fetched, elapsed time), a ``failed`` phase stops the wait at once, and every wait is
-bounded by a deadline.
+Only a report written during the member's current start counts (its time against the instance's
+``lastStartTimestamp``): a ``failed`` or ``ready`` left by an earlier boot is ignored. Without a
+current report the serial console's last boot line stands in as progress. A current ``failed``
+stops the wait at once, and so does a quota error; a stockout is reported, with what the user can
+do, while GCE keeps trying. Every wait is bounded by a deadline.
 """
 
 from __future__ import annotations
@@ -21,25 +25,38 @@ import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from datetime import UTC, datetime, timedelta
 
 import httpx
 
 from infra import boot_protocol
+from qwen36.group import (
+    SERIAL_PORT,
+    GroupError,
+    GroupReader,
+    GroupTarget,
+    InstanceInfo,
+    Member,
+    Target,
+    current_report,
+    find_member,
+)
 
 HTTP_REQUEST_TIMEOUT_S = 10.0
-# Short enough that a hung API call cannot stretch the wait much past its deadline.
-COMPUTE_REQUEST_TIMEOUT_S = 15.0
 DEFAULT_POLL_S = 5.0
 HEARTBEAT_S = 30.0
 # In HTTP mode, how long the VM may report ready while its port stays unreachable from the deployer
 # before the wait gives up: the usual cause is a deployer IP outside sourceRanges, not a slow server.
 VM_READY_UNREACHABLE_S = 120.0
 SERIAL_TAIL_LINES = 30
-SERIAL_PORT = 1
+# The prefix GCE gives the startup script's lines on serial port 1.
+STARTUP_PREFIX = "startup-script:"
+# Group errors older than the wait (minus this slack for clock skew) belong to an earlier deploy.
+ERROR_CLOCK_SLACK_S = 60.0
 # The deployed container's name (startup/boot.sh) and GCE's unit that runs startup scripts.
 CONTAINER_NAME = "llama-server"
 STARTUP_UNIT = "google-startup-scripts.service"
+QUOTAS_CONSOLE = "https://console.cloud.google.com/iam-admin/quotas"
 
 
 class WaitFailed(RuntimeError):
@@ -54,15 +71,6 @@ class Observation:
     detail: str = ""
     ready: bool = False
     failed: bool = False
-
-
-@dataclass(frozen=True)
-class Target:
-    """The VM behind the endpoint, for the VM's report and the diagnosis."""
-
-    project: str
-    zone: str
-    instance: str
 
 
 # --- HTTP ------------------------------------------------------------------------------------
@@ -116,86 +124,82 @@ def _error_message(response: httpx.Response) -> str:
     return ""
 
 
-# --- the VM's report through the Compute API -------------------------------------------------
+# --- the group, its member and the member's report ---------------------------------------------
 
 
-class ComputeReader(Protocol):
-    def guest_attributes(self, target: Target) -> dict[str, str]: ...
-    def serial_tail(self, target: Target, lines: int) -> list[str]: ...
-    def instance_status(self, target: Target) -> str: ...
+def observe_member(members: list[Member] | None, problem: str = "") -> tuple[Member | None, Observation]:
+    if members is None:
+        return None, Observation("unreadable", problem)
+    member = find_member(members)
+    if member is None:
+        return None, Observation("none", "the group has no member yet")
+    where = f"{member.name} in {member.zone}" if member.zone else member.name
+    state = member.status or member.action.lower() or "pending"
+    return member, Observation(state, where)
 
 
-class ComputeApiReader:
-    """Reads the VM's report with google-cloud-compute (REST transport).
-
-    ``api_endpoint`` points the client elsewhere (a local server playing the Compute API in tests);
-    ``credentials`` defaults to the deployer's application-default credentials.
-    """
-
-    def __init__(self, api_endpoint: str | None = None, credentials: Any = None) -> None:
-        from google.api_core.client_options import ClientOptions
-        from google.cloud import compute_v1
-
-        options = ClientOptions(api_endpoint=api_endpoint) if api_endpoint else None
-        self._client = compute_v1.InstancesClient(
-            transport="rest", client_options=options, credentials=credentials
-        )
-        self._compute_v1 = compute_v1
-
-    def guest_attributes(self, target: Target) -> dict[str, str]:
-        from google.api_core import exceptions
-
-        request = self._compute_v1.GetGuestAttributesInstanceRequest(
-            project=target.project,
-            zone=target.zone,
-            instance=target.instance,
-            query_path=f"{boot_protocol.NAMESPACE}/",
-        )
-        try:
-            result = self._client.get_guest_attributes(request=request, timeout=COMPUTE_REQUEST_TIMEOUT_S)
-        except exceptions.NotFound:
-            # Nothing written under the namespace yet: the VM has not reached its first report.
-            return {}
-        return {
-            item.key: item.value
-            for item in result.query_value.items
-            if item.namespace == boot_protocol.NAMESPACE
-        }
-
-    def serial_tail(self, target: Target, lines: int) -> list[str]:
-        request = self._compute_v1.GetSerialPortOutputInstanceRequest(
-            project=target.project, zone=target.zone, instance=target.instance, port=SERIAL_PORT
-        )
-        output = self._client.get_serial_port_output(request=request, timeout=COMPUTE_REQUEST_TIMEOUT_S)
-        return output.contents.splitlines()[-lines:]
-
-    def instance_status(self, target: Target) -> str:
-        instance = self._client.get(
-            project=target.project,
-            zone=target.zone,
-            instance=target.instance,
-            timeout=COMPUTE_REQUEST_TIMEOUT_S,
-        )
-        return str(instance.status)
-
-
-def observe_report(reader: ComputeReader, target: Target) -> Observation:
-    """The VM's last report as an observation; API errors are "not ready", never fatal."""
+def observe_report(reader: GroupReader, target: Target) -> Observation:
+    """The member's current report as an observation; API errors are "not ready", never fatal."""
     try:
+        info = reader.instance(target)
         attrs = reader.guest_attributes(target)
     except Exception as exc:  # the Compute API's errors vary by transport; the wait is bounded anyway
-        return Observation(
-            "no-report", f"guest attributes unreadable: {type(exc).__name__}: {str(exc)[:160]}"
+        return Observation("no-report", f"report unreadable: {type(exc).__name__}: {str(exc)[:160]}")
+    report, why = current_report(attrs, info.last_start)
+    if report is None:
+        return Observation("no-report", _with_serial_hint(why, reader, target))
+    return Observation(report.phase, report.detail, ready=report.ready, failed=report.failed)
+
+
+def _with_serial_hint(why: str, reader: GroupReader, target: Target) -> str:
+    """Without a current report, the boot's last line on the serial console shows how far it got."""
+    try:
+        lines = reader.serial_tail(target, SERIAL_TAIL_LINES)
+    except Exception:  # the console is a hint only
+        return why
+    boot_lines = [line for line in lines if STARTUP_PREFIX in line]
+    if not boot_lines:
+        return why
+    last = boot_lines[-1].split(STARTUP_PREFIX, 1)[1].strip()
+    return f"{why}; serial console: {last[:200]}"
+
+
+def error_line(error: GroupError, tried: list[str], target: GroupTarget, bound: str) -> str:
+    """One line that tells a stockout, a quota error and anything else apart."""
+    if error.stockout:
+        spare = (
+            f"; zones with capacity now: {', '.join(error.zones_available)}" if error.zones_available else ""
         )
-    phase = attrs.get(boot_protocol.KEY_PHASE)
-    if not phase:
-        return Observation("no-report", "the VM has not reported yet")
-    detail = attrs.get(boot_protocol.KEY_DETAIL, "")
-    return Observation(
-        phase,
-        detail,
-        ready=phase == boot_protocol.PHASE_READY,
-        failed=phase == boot_protocol.PHASE_FAILED,
+        zones = ", ".join(tried) or "the group's zones"
+        return (
+            f"group: stockout ({error.code}) in {zones}: GCE has no capacity for this machine and GPU "
+            f"there{spare}. GCE keeps trying by itself and this wait goes on (up to {bound}); to help it, "
+            "add zones to qwen36-mtp-l4:zones, set qwen36-mtp-l4:provisioningModel to STANDARD "
+            "(on-demand, about 3x the price), or wait"
+        )
+    if error.quota:
+        return quota_message(error, target)
+    where = f" ({error.instance or 'member'} in {error.zone})" if error.zone else ""
+    return f"group: {error.code}: {error.message}{where}"
+
+
+def quota_message(error: GroupError, target: GroupTarget) -> str:
+    metric = error.quota_metric or "a quota"
+    region = error.quota_region or target.region
+    project = shlex.quote(target.project)
+    if metric == "GPUS_ALL_REGIONS":
+        show = f"gcloud compute project-info describe --project={project} --format='json(quotas)'"
+        scope = "all regions"
+    else:
+        show = (
+            f"gcloud compute regions describe {shlex.quote(region)} --project={project} "
+            "--format='json(quotas)'"
+        )
+        scope = f"region {region}"
+    return (
+        f"group: quota exceeded ({error.code}): {metric} in {scope}: {error.message}. GCE will not create "
+        f"the server until the limit is raised. See the limit: {show}; ask for more at "
+        f"{QUOTAS_CONSOLE}?project={target.project} (filter by {metric})"
     )
 
 
@@ -208,6 +212,8 @@ class WaitSettings:
     poll_s: float = DEFAULT_POLL_S
     heartbeat_s: float = HEARTBEAT_S
     vm_ready_unreachable_s: float = VM_READY_UNREACHABLE_S
+    compute_poll_s: float = boot_protocol.GATE_POLL_MIN_S
+    """How often the Compute API is read; never below GATE_POLL_MIN_S (guest attributes' write budget)."""
 
 
 @dataclass
@@ -220,7 +226,9 @@ class _Progress:
     history: list[str] = field(default_factory=list)
 
     def update(self, now: float, parts: dict[str, Observation]) -> None:
-        key = tuple(obs.state for obs in parts.values())
+        key = tuple(
+            f"{label}:{obs.state}:{obs.detail if label == 'member' else ''}" for label, obs in parts.items()
+        )
         changed = key != self.last_key
         if not changed and now - self.last_emit < self.heartbeat_s:
             return
@@ -230,9 +238,22 @@ class _Progress:
         )
         if not changed:
             line += " (still waiting)"
+        self.say(line)
+        self.last_key, self.last_emit = key, now
+
+    def say(self, line: str) -> None:
         self.emit(line)
         self.history.append(line)
-        self.last_key, self.last_emit = key, now
+
+
+@dataclass
+class _GroupView:
+    """What the last Compute API read showed: the member followed, its report, the errors seen."""
+
+    member: Member | None = None
+    parts: dict[str, Observation] = field(default_factory=dict)
+    seen_errors: set[tuple[str, str, str]] = field(default_factory=set)
+    stockout_zones: list[str] = field(default_factory=list)
 
 
 def _elapsed(seconds: float) -> str:
@@ -240,48 +261,66 @@ def _elapsed(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s"
 
 
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
 def wait_ready(
     *,
     settings: WaitSettings,
+    group: GroupTarget | None = None,
+    reader: GroupReader | None = None,
     url: str | None = None,
     api_key: str | None = None,
-    target: Target | None = None,
-    reader: ComputeReader | None = None,
     emit: Callable[[str], None] = print,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    wall: Callable[[], datetime] = _utcnow,
 ) -> str:
-    """Blocks until ready (HTTP mode when ``url`` is given, else the VM's report decides).
+    """Blocks until ready (HTTP mode when ``url`` is given, else the member's report decides).
 
-    Returns a one-line summary; raises :class:`WaitFailed` with a diagnosis on timeout or on a
-    ``failed`` report.
+    Returns a one-line summary; raises :class:`WaitFailed` with a diagnosis on timeout, on a
+    ``failed`` report from the member's current start, or on a quota error.
     """
-    if url is None and (target is None or reader is None):
-        raise ValueError("guest-attribute mode needs a target and a Compute API reader")
+    if url is None and (group is None or reader is None):
+        raise ValueError("guest-attribute mode needs the group and a Compute API reader")
     started = clock()
+    errors_since = wall() - timedelta(seconds=ERROR_CLOCK_SLACK_S)
     deadline = started + settings.timeout_s
+    compute_every = max(settings.compute_poll_s, boot_protocol.GATE_POLL_MIN_S)
+    next_compute = started
     progress = _Progress(started=started, emit=emit, heartbeat_s=settings.heartbeat_s)
-    last: dict[str, Observation] = {}
+    view = _GroupView()
     vm_ready_since: float | None = None
+    bound = _elapsed(settings.timeout_s)
     with httpx.Client(timeout=HTTP_REQUEST_TIMEOUT_S) as client:
         while True:
-            parts: dict[str, Observation] = {}
-            if target is not None and reader is not None:
-                parts["vm"] = observe_report(reader, target)
+            now = clock()
+            if group is not None and reader is not None and now >= next_compute:
+                next_compute = now + compute_every
+                _read_group(reader, group, view, errors_since, bound, progress)
+            parts = dict(view.parts)
             if url is not None:
                 parts["http"] = probe_http(client, url, api_key)
-            last = parts
             now = clock()
             progress.update(now, parts)
-            decider = parts["http"] if url is not None else parts["vm"]
-            if decider.ready:
-                summary = f"ready after {_elapsed(now - started)}: {decider.detail}"
+            member_up = view.member is not None and view.member.running
+            vm = parts.get("vm")
+            if url is not None:
+                decider = parts["http"]
+                # Without Compute API access the HTTP answer alone decides.
+                ready = decider.ready and (member_up or reader is None)
+            else:
+                decider = vm or Observation("no-report")
+                ready = decider.ready and member_up
+            if ready:
+                where = f" on {view.member.name} in {view.member.zone}" if view.member else ""
+                summary = f"ready after {_elapsed(now - started)}{where}: {decider.detail}"
                 emit(summary)
                 return summary
-            vm = parts.get("vm")
             if vm is not None and vm.failed:
                 raise WaitFailed(
-                    diagnose(f"the VM reported failure: {vm.detail}", last, target, reader, progress)
+                    diagnose(f"the VM reported failure: {vm.detail}", parts, group, view, reader, progress)
                 )
             if url is not None and vm is not None and vm.ready:
                 vm_ready_since = vm_ready_since if vm_ready_since is not None else now
@@ -291,18 +330,60 @@ def wait_ready(
                         f"machine for {_elapsed(now - vm_ready_since)}; check that this machine's public "
                         "IP is in qwen36-mtp-l4:sourceRanges, or empty sourceRanges to go through IAP"
                     )
-                    raise WaitFailed(diagnose(reason, last, target, reader, progress))
+                    raise WaitFailed(diagnose(reason, parts, group, view, reader, progress))
             if now >= deadline:
-                reason = f"not ready after {_elapsed(settings.timeout_s)} (the timeout)"
-                raise WaitFailed(diagnose(reason, last, target, reader, progress))
+                reason = f"not ready after {bound} (the timeout)"
+                raise WaitFailed(diagnose(reason, parts, group, view, reader, progress))
             sleep(max(0.0, min(settings.poll_s, deadline - now)))
+
+
+def _read_group(
+    reader: GroupReader,
+    group: GroupTarget,
+    view: _GroupView,
+    errors_since: datetime,
+    bound: str,
+    progress: _Progress,
+) -> None:
+    """One round of Compute API reads: members, errors (one line each, once), the member's report."""
+    try:
+        members: list[Member] | None = reader.members(group)
+        problem = ""
+    except Exception as exc:  # unreadable now is "not ready", and said so
+        members, problem = None, f"group unreadable: {type(exc).__name__}: {str(exc)[:160]}"
+    errors: list[GroupError] = [e for m in members or [] for e in m.errors]
+    try:
+        errors += [e for e in reader.errors(group) if e.timestamp is None or e.timestamp >= errors_since]
+    except Exception as exc:
+        progress.say(f"group errors unreadable: {type(exc).__name__}: {str(exc)[:160]}")
+    for error in errors:
+        if error.stockout and error.zone and error.zone not in view.stockout_zones:
+            view.stockout_zones.append(error.zone)
+    for error in errors:
+        # The same stockout shows in listErrors and in the member's last attempt: one line per zone.
+        key = ("stockout", error.zone, "") if error.stockout else (error.code, error.zone, error.message)
+        if key in view.seen_errors:
+            continue
+        view.seen_errors.add(key)
+        line = error_line(error, view.stockout_zones, group, bound)
+        if error.quota:
+            raise WaitFailed(
+                diagnose(line.removeprefix("group: "), view.parts, group, view, reader, progress)
+            )
+        progress.say(line)
+    member, member_obs = observe_member(members, problem)
+    view.member = member
+    view.parts = {"member": member_obs}
+    if member is not None and member.running:
+        view.parts["vm"] = observe_report(reader, member.target(group.project))
 
 
 def diagnose(
     reason: str,
     last: dict[str, Observation],
-    target: Target | None,
-    reader: ComputeReader | None,
+    group: GroupTarget | None,
+    view: _GroupView,
+    reader: GroupReader | None,
     progress: _Progress | None = None,
 ) -> str:
     lines = [f"llama-server is not ready: {reason}"]
@@ -311,18 +392,20 @@ def diagnose(
     if progress is not None and progress.history:
         lines.append("progress seen:")
         lines += [f"  {entry}" for entry in progress.history[-10:]]
+    target = view.member.target(group.project) if view.member is not None and group is not None else None
     if target is not None and reader is not None:
         lines += _vm_facts(target, reader)
-    if target is not None:
+    if group is not None:
         lines.append("look further with:")
-        lines += [f"  {command}" for command in look_further_commands(target)]
+        lines += [f"  {command}" for command in look_further_commands(group, target)]
     return "\n".join(lines)
 
 
-def _vm_facts(target: Target, reader: ComputeReader) -> list[str]:
+def _vm_facts(target: Target, reader: GroupReader) -> list[str]:
     lines: list[str] = []
     try:
-        lines.append(f"instance status: {reader.instance_status(target)}")
+        info: InstanceInfo = reader.instance(target)
+        lines.append(f"instance {target.instance} in {target.zone}: status {info.status}")
     except Exception as exc:  # diagnosis is best effort: report what could not be read
         lines.append(f"instance status unreadable: {type(exc).__name__}: {str(exc)[:160]}")
     try:
@@ -334,15 +417,22 @@ def _vm_facts(target: Target, reader: ComputeReader) -> list[str]:
     return lines
 
 
-def look_further_commands(target: Target) -> list[str]:
+def look_further_commands(group: GroupTarget, target: Target | None) -> list[str]:
+    where_group = f"--region={shlex.quote(group.region)} --project={shlex.quote(group.project)}"
+    commands = [
+        f"gcloud compute instance-groups managed list-instances {shlex.quote(group.group)} {where_group}",
+        f"gcloud compute instance-groups managed list-errors {shlex.quote(group.group)} {where_group}",
+    ]
+    if target is None:
+        return commands
     where = f"--zone={shlex.quote(target.zone)} --project={shlex.quote(target.project)}"
     name = shlex.quote(target.instance)
     query = f"--query-path={boot_protocol.NAMESPACE}/"
     ssh = f"gcloud compute ssh {name} {where} --tunnel-through-iap --command"
     return [
+        *commands,
         f"gcloud compute instances get-serial-port-output {name} {where} --port={SERIAL_PORT}",
         f"gcloud compute instances get-guest-attributes {name} {where} {query}",
-        f"gcloud compute instances describe {name} {where} --format='value(status,scheduling)'",
         f"{ssh} {shlex.quote(f'sudo journalctl -u {STARTUP_UNIT} --no-pager -n 200')}",
         f"{ssh} {shlex.quote(f'sudo docker logs --tail 200 {CONTAINER_NAME}')}",
     ]

@@ -1,4 +1,4 @@
-"""``python -m qwen36 wait``: block until the deployed server is ready (the Pulumi health gate runs it).
+"""``python -m qwen36 wait``: block until the deployed server group serves (the Pulumi health gate runs it).
 
 The API key comes from the environment (``QWEN36_API_KEY``) so it never appears in a command
 line, a process list or Pulumi's state of the command; it is never printed.
@@ -27,8 +27,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--mode", choices=MODES, required=True)
     parser.add_argument("--url", help="http mode: the server's base URL, e.g. http://203.0.113.7:8080")
     parser.add_argument("--project", required=True)
-    parser.add_argument("--zone", required=True)
-    parser.add_argument("--instance", required=True)
+    parser.add_argument("--region", required=True)
+    parser.add_argument("--group", required=True, help="the regional managed instance group's name")
     parser.add_argument("--timeout-minutes", type=float, required=True)
     parser.add_argument("--poll-seconds", type=float, default=DEFAULT_POLL_S)
     parser.add_argument("--heartbeat-seconds", type=float, default=DEFAULT_HEARTBEAT_S)
@@ -42,7 +42,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from qwen36.health import ComputeApiReader, Target, WaitFailed, WaitSettings, wait_ready
+    from qwen36.group import ComputeApiReader, GroupTarget
+    from qwen36.health import WaitFailed, WaitSettings, wait_ready
 
     if args.mode == "http" and not args.url:
         print("wait: --mode http needs --url", file=sys.stderr)
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         reader = ComputeApiReader(api_endpoint=args.compute_endpoint, credentials=credentials)
     except Exception as exc:  # e.g. no application-default credentials on this machine
         if args.mode != "http":
-            print(f"wait: cannot read the VM's report through the Compute API: {exc}", file=sys.stderr)
+            print(f"wait: cannot read the server group through the Compute API: {exc}", file=sys.stderr)
             return EXIT_NOT_READY
         print(f"wait: no Compute API access ({type(exc).__name__}); probing HTTP only", flush=True)
         reader = None
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
             ),
             url=args.url if args.mode == "http" else None,
             api_key=os.environ.get(API_KEY_ENV) or None,
-            target=Target(project=args.project, zone=args.zone, instance=args.instance),
+            group=GroupTarget(project=args.project, region=args.region, group=args.group),
             reader=reader,
             emit=lambda line: print(line, flush=True),
         )

@@ -14,19 +14,19 @@ from pulumi.runtime.mocks import MockMonitor
 from infra.health_gate import API_KEY_ENV, HealthGate, HealthGateArgs
 
 COMMAND_TYPE = "command:local:Command"
-AUTONAME_SUFFIX = "1a2b3c4"
+TEMPLATES = "https://www.googleapis.com/compute/v1/projects/my-project/regions/europe-west4/instanceTemplates"
 
 
 class Mocks(pulumi.runtime.Mocks):
-    def __init__(self, instance_id: str) -> None:
-        self.instance_id = instance_id
+    def __init__(self, template_name: str) -> None:
+        self.template_name = template_name
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         state = dict(args.inputs)
-        if args.typ == "gcp:compute/instance:Instance":
-            state["instanceId"] = self.instance_id
-            # Pulumi auto-names the VM (logical name plus a random suffix).
-            state.setdefault("name", f"{args.name}-{AUTONAME_SUFFIX}")
+        if args.typ == "gcp:compute/regionInstanceTemplate:RegionInstanceTemplate":
+            # GCE names the template from its prefix; a changed template is a new name.
+            name = f"{args.inputs['namePrefix']}{self.template_name}"
+            state["selfLink"] = f"{TEMPLATES}/{name}"
         if args.typ == COMMAND_TYPE:
             state["stdout"] = "ready after 0m01s"
         return f"{args.name}-id", state
@@ -66,31 +66,40 @@ class RecordingMonitor(MockMonitor):
 
 def deploy(
     *,
-    instance_id: str = "1111",
+    template_name: str = "20261130a",
     script_sha: str = "a" * 64,
     url: str | None = None,
     api_key: str | None = None,
 ) -> RecordingMonitor:
     """Runs a program of one VM and its gate under mocks (not preview); returns what was registered."""
-    mocks = Mocks(instance_id)
+    mocks = Mocks(template_name)
     monitor = RecordingMonitor(mocks)
     pulumi.runtime.set_mocks(mocks, project="qwen36-mtp-l4", stack="test", preview=False, monitor=monitor)
 
     @pulumi.runtime.test
     def program() -> pulumi.Output[Any]:
-        instance = gcp.compute.Instance(
-            "server-vm",
+        template = gcp.compute.RegionInstanceTemplate(
+            "server-template",
+            region="europe-west4",
+            name_prefix="qwen36-dev-",
             machine_type="g2-standard-8",
-            zone="europe-west4-a",
-            boot_disk={"initialize_params": {"image": "debian-12"}},
-            network_interfaces=[{"network": "default"}],
+            disks=[gcp.compute.RegionInstanceTemplateDiskArgs(source_image="debian-12", boot=True)],
+        )
+        group = gcp.compute.RegionInstanceGroupManager(
+            "server-group",
+            name="qwen36-dev",
+            region="europe-west4",
+            base_instance_name="qwen36-dev",
+            versions=[gcp.compute.RegionInstanceGroupManagerVersionArgs(instance_template=template.self_link)],
         )
         gate = HealthGate(
             "gate",
             HealthGateArgs(
-                instance=instance,
-                zone="europe-west4-a",
                 project="my-project",
+                region="europe-west4",
+                group_name=group.name,
+                template_id=template.self_link,
+                depends_on=[group],
                 startup_script_sha256=script_sha,
                 url=url,
                 api_key=pulumi.Output.secret(api_key) if api_key else None,
@@ -109,25 +118,25 @@ def command_of(monitor: RecordingMonitor) -> Registration:
     return command
 
 
-def test_gate_runs_after_the_instance_and_holds_exports_back() -> None:
+def test_gate_runs_after_the_group_and_holds_exports_back() -> None:
     monitor = deploy()
     command = command_of(monitor)
-    assert monitor.registrations["server-vm"].urn in command.dependencies, "the wait must start after the VM"
+    assert monitor.registrations["server-group"].urn in command.dependencies, "the wait must start after the group"
     assert monitor.registrations["gate-wait"].urn.endswith(
         "qwen36:infra:HealthGate$command:local:Command::gate-wait"
     )
     assert monitor.results == [True, "http://203.0.113.7:8080"]
 
 
-def test_triggers_change_with_the_instance_or_the_startup_script() -> None:
+def test_triggers_change_with_the_template_or_the_startup_script() -> None:
     base = command_of(deploy())
     same = command_of(deploy())
-    replaced_vm = command_of(deploy(instance_id="2222"))
+    new_template = command_of(deploy(template_name="20261201b"))
     new_script = command_of(deploy(script_sha="b" * 64))
-    assert base.inputs["triggers"] == ["1111", "a" * 64]
+    assert base.inputs["triggers"] == [f"{TEMPLATES}/qwen36-dev-20261130a", "a" * 64]
     assert same.inputs["triggers"] == base.inputs["triggers"], "an unchanged up must not wait again"
     assert same.inputs["create"] == base.inputs["create"]
-    assert replaced_vm.inputs["triggers"] != base.inputs["triggers"]
+    assert new_template.inputs["triggers"] != base.inputs["triggers"], "a rollout must wait again"
     assert new_script.inputs["triggers"] != base.inputs["triggers"]
 
 
@@ -136,7 +145,9 @@ def test_iap_only_follows_the_vm_report() -> None:
     assert argv[1:4] == ["-m", "qwen36", "wait"]
     assert argv[argv.index("--mode") + 1] == "guest-attributes"
     assert "--url" not in argv
-    assert argv[argv.index("--instance") + 1] == f"server-vm-{AUTONAME_SUFFIX}"
+    assert argv[argv.index("--group") + 1] == "qwen36-dev"
+    assert argv[argv.index("--region") + 1] == "europe-west4"
+    assert "--zone" not in argv and "--instance" not in argv, "members change: the wait finds them"
     assert argv[argv.index("--timeout-minutes") + 1] == "20"
 
 

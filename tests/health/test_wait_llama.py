@@ -16,7 +16,7 @@ import pytest
 from infra.config import StackConfig
 from infra.server_args import server_args
 from tests.harness.server import LlamaServer, free_port
-from tests.health.compute_fake import FakeVm, fake_compute_api
+from tests.health.compute_fake import FakeGroup, FakeMember, GroupState, fake_compute_api, report
 
 pytestmark = pytest.mark.llama
 
@@ -28,11 +28,15 @@ CLI_TIMEOUT_S = 180
 FIRST_LINE_TIMEOUT_S = 60
 
 
-def _wait_argv(url: str, endpoint: str, vm: FakeVm, timeout_minutes: float) -> list[str]:
+def _group(member: FakeMember) -> FakeGroup:
+    return FakeGroup(timeline=[(0, GroupState(members=[member]))], clock=time.monotonic)
+
+
+def _wait_argv(url: str, endpoint: str, group: FakeGroup, timeout_minutes: float) -> list[str]:
     return [
         sys.executable, "-m", "qwen36", "wait",
         "--mode", "http", "--url", url,
-        "--project", vm.project, "--zone", vm.zone, "--instance", vm.name,
+        "--project", group.project, "--region", group.region, "--group", group.name,
         "--timeout-minutes", str(timeout_minutes),
         "--poll-seconds", "0.1",
         "--compute-endpoint", endpoint, "--anonymous",
@@ -78,10 +82,12 @@ def test_wait_sees_refused_then_loading_then_ready_with_gemma_started_late(
     args = server_args(
         cfg, model_path=str(gemma_model), api_key_file=str(key_file), host="127.0.0.1", port=port
     )
-    vm = FakeVm(reports=[("server", "waiting for http://127.0.0.1:8080/health")])
+    group = _group(
+        FakeMember("qwen36-dev-x1", "europe-west4-a", report=report("server", 1, "waiting for /health"))
+    )
     with (
-        fake_compute_api(vm) as endpoint,
-        _wait_process(_wait_argv(f"http://127.0.0.1:{port}", endpoint, vm, 3), API_KEY) as waiter,
+        fake_compute_api(group) as endpoint,
+        _wait_process(_wait_argv(f"http://127.0.0.1:{port}", endpoint, group, 3), API_KEY) as waiter,
     ):
         first = _first_line(waiter)
         assert "http unreachable (connection refused)" in first, first
@@ -109,12 +115,19 @@ def test_wrong_api_key_is_not_ready_and_never_printed(
     args = server_args(
         StackConfig(), model_path=str(tiny_mtp_model), api_key_file=str(key_file), host="127.0.0.1"
     )
-    vm = FakeVm(reports=[("ready", "llama-server healthy")], serial="startup-script: qwen36: phase=ready\n")
+    group = _group(
+        FakeMember(
+            "qwen36-dev-x1",
+            "europe-west4-a",
+            report=report("ready", 1, "llama-server healthy"),
+            serial="startup-script: qwen36: phase=ready\n",
+        )
+    )
     with LlamaServer(args, binary=llama_server_bin) as srv:
         srv.wait_healthy()
         with (
-            fake_compute_api(vm) as endpoint,
-            _wait_process(_wait_argv(srv.base_url, endpoint, vm, 0.05), wrong) as waiter,
+            fake_compute_api(group) as endpoint,
+            _wait_process(_wait_argv(srv.base_url, endpoint, group, 0.05), wrong) as waiter,
         ):
             stdout, stderr = waiter.communicate(timeout=CLI_TIMEOUT_S)
     assert waiter.returncode == 1

@@ -1,5 +1,5 @@
-"""The gate's waiting logic against servers that must never count as ready, and the VM's report
-read through the real google-cloud-compute client from a local stand-in of the Compute API."""
+"""The gate's HTTP mode against servers that must never count as ready, and against a group read
+through the real google-cloud-compute client from a local stand-in of the Compute API."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
-from qwen36.health import ComputeApiReader, Target, WaitFailed, WaitSettings, wait_ready
+from qwen36.group import ComputeApiReader, GroupTarget
+from qwen36.health import WaitFailed, WaitSettings, wait_ready
 from tests.harness.server import free_port
-from tests.health.compute_fake import FakeVm, fake_compute_api
+from tests.health.compute_fake import FakeGroup, FakeMember, GroupState, fake_compute_api, report
 from tests.health.stub_http import stub_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,114 +65,73 @@ def _reader(endpoint: str) -> ComputeApiReader:
     return ComputeApiReader(api_endpoint=endpoint, credentials=AnonymousCredentials())
 
 
-def _target(vm: FakeVm) -> Target:
-    return Target(project=vm.project, zone=vm.zone, instance=vm.name)
+def _group(member: FakeMember) -> FakeGroup:
+    # Real time here: the HTTP stubs answer in real time, and the group's first read is at t=0.
+    return FakeGroup(timeline=[(0, GroupState(members=[member]))], clock=time.monotonic)
 
 
-def test_guest_attributes_path_follows_phases_to_ready() -> None:
-    vm = FakeVm(
-        reports=[
-            None,
-            ("boot", "boot script started 12 s after boot"),
-            ("model", "fetching: 1.2 of 22.1 GB"),
-            ("model", "fetching: 9.8 of 22.1 GB"),
-            ("server", "waiting for http://127.0.0.1:8080/health"),
-            ("ready", "llama-server healthy"),
-        ]
-    )
-    lines: list[str] = []
-    with fake_compute_api(vm) as endpoint:
-        summary = wait_ready(
-            settings=WaitSettings(timeout_s=30, poll_s=0.01, heartbeat_s=30),
-            target=_target(vm),
-            reader=_reader(endpoint),
-            emit=lines.append,
+def _target(group: FakeGroup) -> GroupTarget:
+    return GroupTarget(project=group.project, region=group.region, group=group.name)
+
+
+def test_http_ok_counts_only_with_a_running_member() -> None:
+    member = FakeMember("qwen36-dev-x1", "europe-west4-a", status=None, action="CREATING")
+    group = _group(member)
+    with stub_server(200, b'{"status":"ok"}') as url, fake_compute_api(group) as endpoint:
+        diagnosis, _lines, elapsed = _wait_expecting_failure(
+            url=url, group=_target(group), reader=_reader(endpoint)
         )
-    assert summary.startswith("ready after") and "llama-server healthy" in summary
-    phases = [line.split("] vm ", 1)[1].split(" ", 1)[0] for line in lines if "] vm " in line]
-    # One line per change of phase, in order; the detail (model bytes) rides along.
-    assert phases == ["no-report", "boot", "model", "server", "ready"]
-    assert any("1.2 of 22.1 GB" in line for line in lines)
-    assert all(request.endswith("getGuestAttributes?queryPath=qwen36%2F") for request in vm.requests)
+    assert elapsed < SHORT.timeout_s + BOUND_SLACK_S
+    assert "last member state: creating (qwen36-dev-x1 in europe-west4-a)" in diagnosis
+    assert "last http state: ok" in diagnosis
 
 
-def test_guest_attributes_failed_phase_stops_at_once_with_diagnosis() -> None:
-    vm = FakeVm(
-        reports=[("model", "fetching"), ("failed", "model: sha256 mismatch")],
-        serial=SERIAL,
-        status="RUNNING",
-    )
-    with fake_compute_api(vm) as endpoint:
-        started = time.monotonic()
-        with pytest.raises(WaitFailed) as failure:
-            wait_ready(
-                settings=WaitSettings(timeout_s=60, poll_s=0.01),
-                target=_target(vm),
-                reader=_reader(endpoint),
-                emit=lambda _line: None,
-            )
-    assert time.monotonic() - started < 10, "a failed report must not wait for the timeout"
-    diagnosis = str(failure.value)
-    assert "the VM reported failure: model: sha256 mismatch" in diagnosis
-    assert "last vm state: failed" in diagnosis
-    assert "instance status: RUNNING" in diagnosis
-    # The last 30 serial lines, not the whole console.
-    assert "startup-script: line 99" in diagnosis and "startup-script: line 70" in diagnosis
-    assert "startup-script: line 69" not in diagnosis
-    assert (
-        f"gcloud compute instances get-serial-port-output {vm.name} --zone={vm.zone} --project={vm.project}"
-        in diagnosis
-    )
-    assert "sudo docker logs --tail 200 llama-server" in diagnosis
-
-
-def test_guest_attributes_stuck_phase_times_out_with_heartbeats() -> None:
-    vm = FakeVm(reports=[("model", "fetching: 3.0 of 22.1 GB")], serial=SERIAL, status="TERMINATED")
+def test_http_mode_passes_with_a_running_member() -> None:
+    member = FakeMember("qwen36-dev-x1", "europe-west4-a")
+    group = _group(member)
     lines: list[str] = []
-    with fake_compute_api(vm) as endpoint:
-        started = time.monotonic()
-        with pytest.raises(WaitFailed) as failure:
-            wait_ready(
-                settings=WaitSettings(timeout_s=1.2, poll_s=0.05, heartbeat_s=0.3),
-                target=_target(vm),
-                reader=_reader(endpoint),
-                emit=lines.append,
-            )
-    assert time.monotonic() - started < 1.2 + BOUND_SLACK_S
-    # A heartbeat repeats the phase and detail instead of printing dots.
-    assert len(lines) >= 2 and all("vm model (fetching: 3.0 of 22.1 GB)" in line for line in lines)
-    assert any(line.endswith("(still waiting)") for line in lines)
-    diagnosis = str(failure.value)
-    assert "last vm state: model" in diagnosis and "instance status: TERMINATED" in diagnosis
+    with stub_server(200, b'{"status":"ok"}') as url, fake_compute_api(group) as endpoint:
+        summary = wait_ready(
+            settings=SHORT, url=url, group=_target(group), reader=_reader(endpoint), emit=lines.append
+        )
+    assert summary.startswith("ready after") and "on qwen36-dev-x1 in europe-west4-a: /health ok" in summary
 
 
 def test_http_mode_stops_when_the_vm_reports_failure() -> None:
-    vm = FakeVm(reports=[("failed", "server: llama-server exited 1")], serial=SERIAL)
-    with fake_compute_api(vm) as endpoint:
+    member = FakeMember(
+        "qwen36-dev-x1", "europe-west4-a", started=0, serial=SERIAL,
+        report=report("failed", 1, "server: llama-server exited 1"),
+    )  # fmt: skip
+    group = _group(member)
+    with fake_compute_api(group) as endpoint:
         diagnosis, _lines, elapsed = _wait_expecting_failure(
-            url=f"http://127.0.0.1:{free_port()}", target=_target(vm), reader=_reader(endpoint)
+            url=f"http://127.0.0.1:{free_port()}", group=_target(group), reader=_reader(endpoint)
         )
     assert elapsed < SHORT.timeout_s
     assert "the VM reported failure: server: llama-server exited 1" in diagnosis
     assert "last http state: unreachable" in diagnosis
+    assert "startup-script: line 99" in diagnosis and "startup-script: line 69" not in diagnosis
 
 
 def test_http_mode_gives_up_early_when_the_vm_is_ready_but_the_port_unreachable() -> None:
-    vm = FakeVm(reports=[("ready", "healthy 95 s after boot")], serial=SERIAL)
+    member = FakeMember(
+        "qwen36-dev-x1", "europe-west4-a", started=0, report=report("ready", 1, "healthy 95 s")
+    )
+    group = _group(member)
     settings = WaitSettings(timeout_s=30.0, poll_s=0.05, heartbeat_s=0.5, vm_ready_unreachable_s=0.5)
     lines: list[str] = []
-    with fake_compute_api(vm) as endpoint, pytest.raises(WaitFailed) as failure:
+    with fake_compute_api(group) as endpoint, pytest.raises(WaitFailed) as failure:
         started = time.monotonic()
         wait_ready(
             settings=settings,
             url=f"http://127.0.0.1:{free_port()}",
-            target=_target(vm),
+            group=_target(group),
             reader=_reader(endpoint),
             emit=lines.append,
         )
     assert time.monotonic() - started < settings.timeout_s
     diagnosis = str(failure.value)
-    assert "the VM reports ready (healthy 95 s after boot)" in diagnosis
+    assert "the VM reports ready (healthy 95 s)" in diagnosis
     assert "qwen36-mtp-l4:sourceRanges" in diagnosis
     assert not any(line.startswith("ready") for line in lines)
 

@@ -35,6 +35,9 @@ STACKS = ("dev", "europe-west4", "asia-southeast1")
 # What the mocked pulumi-random hands out as the generated API key.
 MOCK_API_KEY = "k3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3y"
 MOCK_IP = "203.0.113.10"
+COMPUTE = "https://www.googleapis.com/compute/v1"
+# The suffix GCE adds to a template's name prefix.
+TEMPLATE_SUFFIX = "20261130223000000000000001"
 
 
 def secret_value(value: Any) -> Any:
@@ -67,6 +70,17 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 "url": f"gs://{inputs.get('name') or args.name + '-9f8e7d6'}",
             },
             "random:index/randomPassword:RandomPassword": lambda: {"result": MOCK_API_KEY},
+            "gcp:compute/regionInstanceTemplate:RegionInstanceTemplate": lambda: {
+                "selfLink": f"{COMPUTE}/projects/{GCP_PROJECT}/regions/{inputs['region']}/instanceTemplates/"
+                f"{inputs['namePrefix']}{TEMPLATE_SUFFIX}"
+            },
+            "gcp:compute/regionInstanceGroupManager:RegionInstanceGroupManager": lambda: {
+                "instanceGroup": f"{COMPUTE}/projects/{GCP_PROJECT}/regions/{inputs['region']}/instanceGroups/"
+                f"{inputs['name']}"
+            },
+            "gcp:compute/healthCheck:HealthCheck": lambda: {
+                "selfLink": f"{COMPUTE}/projects/{GCP_PROJECT}/global/healthChecks/{inputs['name']}"
+            },
             "gcp:secretmanager/secret:Secret": lambda: {
                 "name": f"projects/123456789012/secrets/{inputs['secretId']}"
             },

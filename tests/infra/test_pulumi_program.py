@@ -5,13 +5,27 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from program_mocks import GCP_PROJECT, MOCK_API_KEY, MOCK_IP, Deployment, deploy, secret_value, stack_config
+from program_mocks import (
+    COMPUTE,
+    GCP_PROJECT,
+    MOCK_API_KEY,
+    MOCK_IP,
+    TEMPLATE_SUFFIX,
+    Deployment,
+    deploy,
+    secret_value,
+    stack_config,
+)
 
 from infra.boot_script import render_boot_script
 from infra.config import ConfigError, parse_config
 from infra.model_cache import model_bucket_name, model_object_name
 
 INSTANCE = "gcp:compute/instance:Instance"
+TEMPLATE = "gcp:compute/regionInstanceTemplate:RegionInstanceTemplate"
+GROUP = "gcp:compute/regionInstanceGroupManager:RegionInstanceGroupManager"
+HEALTH_CHECK = "gcp:compute/healthCheck:HealthCheck"
+HEALTH_CHECK_RANGES = ["35.191.0.0/16", "130.211.0.0/22"]
 FIREWALL = "gcp:compute/firewall:Firewall"
 BUCKET = "gcp:storage/bucket:Bucket"
 ACCOUNT = "gcp:serviceaccount/account:Account"
@@ -33,7 +47,8 @@ def sa_email(d: Deployment) -> str:
 
 def test_every_stack_file_is_a_valid_config_in_its_own_region(stack: str) -> None:
     cfg = parse_config(stack_config(stack))
-    assert cfg.zone.startswith(f"{cfg.region}-")
+    assert len(cfg.zones) >= 2, "one zone gives the group nowhere to go in a stockout"
+    assert all(zone.startswith(f"{cfg.region}-") for zone in cfg.zones)
     assert {"dev": "us-central1"}.get(stack, stack) == cfg.region
 
 
@@ -45,7 +60,7 @@ def test_components_own_their_children(deployed: Deployment) -> None:
         "model-cache": "qwen36:infra:ModelCache",
         "identity": "qwen36:infra:Identity",
         "api-key": "qwen36:infra:ApiKey",
-        "server": "qwen36:infra:Server",
+        "server": "qwen36:infra:ServerGroup",
         "health": "qwen36:infra:HealthGate",
     }
     urns = {name: deployed.registrations[name].urn for name in components}
@@ -89,23 +104,30 @@ def test_every_resource_has_its_api_enabled(deployed: Deployment) -> None:
         assert api in enabled, f"{token} needs {api}, which the program does not enable"
 
 
-def test_network_without_ranges_opens_only_iap(deployed: Deployment) -> None:
-    (rule,) = deployed.of_type(FIREWALL)
-    vm = deployed.one(INSTANCE).inputs
-    assert rule.inputs["sourceRanges"] == [IAP_RANGE]
-    assert rule.inputs["allows"] == [{"protocol": "tcp", "ports": ["22", "8080"]}]
-    assert rule.inputs["targetTags"] == vm["tags"]
-    assert rule.inputs["direction"] == "INGRESS"
+def test_network_without_ranges_opens_only_iap_and_health_checks(deployed: Deployment) -> None:
+    rules = {r.name: r.inputs for r in deployed.of_type(FIREWALL)}
+    assert set(rules) == {"network-iap", "network-health-checks"}
+    vm = deployed.one(TEMPLATE).inputs
+    rule = rules["network-iap"]
+    assert rule["sourceRanges"] == [IAP_RANGE]
+    assert rule["allows"] == [{"protocol": "tcp", "ports": ["22", "8080"]}]
+    assert rule["targetTags"] == vm["tags"]
+    assert rule["direction"] == "INGRESS"
+    # Google's health checkers reach the serving port only (/health needs no key; the rest does).
+    checks = rules["network-health-checks"]
+    assert checks["sourceRanges"] == HEALTH_CHECK_RANGES
+    assert checks["allows"] == [{"protocol": "tcp", "ports": ["8080"]}]
+    assert checks["targetTags"] == vm["tags"] and checks["direction"] == "INGRESS"
 
 
 def test_network_with_ranges_opens_8080_to_them_only(stack: str) -> None:
     d = deploy(stack, {"sourceRanges": ["198.51.100.7/32", "203.0.113.0/24"]})
     rules = {r.name: r.inputs for r in d.of_type(FIREWALL)}
-    assert set(rules) == {"network-server", "network-iap"}
+    assert set(rules) == {"network-server", "network-iap", "network-health-checks"}
     public = rules["network-server"]
     assert public["sourceRanges"] == ["198.51.100.7/32", "203.0.113.0/24"]
     assert public["allows"] == [{"protocol": "tcp", "ports": ["8080"]}]
-    assert public["targetTags"] == d.one(INSTANCE).inputs["tags"]
+    assert public["targetTags"] == d.one(TEMPLATE).inputs["tags"]
 
 
 def test_model_bucket_is_private_regional_and_kept(deployed: Deployment, stack: str) -> None:
@@ -161,7 +183,7 @@ def test_identity_is_dedicated_and_least_privilege(deployed: Deployment) -> None
         (GCP_PROJECT, "roles/logging.logWriter", member),
         (GCP_PROJECT, "roles/monitoring.metricWriter", member),
     }
-    vm = deployed.one(INSTANCE).inputs
+    vm = deployed.one(TEMPLATE).inputs
     assert vm["serviceAccount"] == {
         "email": sa_email(deployed),
         "scopes": ["https://www.googleapis.com/auth/cloud-platform"],
@@ -187,7 +209,7 @@ def test_api_key_generated_stored_and_readable_by_the_server_only(deployed: Depl
     assert deployed.outputs["apiKey"] == MOCK_API_KEY
     assert "apiKey" in deployed.secret_outputs
     # The VM waits for the stored key (and its grant) before its boot script asks for it.
-    deps = deployed.registrations[deployed.one(INSTANCE).name].dependencies
+    deps = deployed.registrations[deployed.one(TEMPLATE).name].dependencies
     for name in ("api-key-version", "api-key-accessor", "identity-bucket-objectviewer", "network-iap"):
         assert deployed.registrations[name].urn in deps, name
 
@@ -198,53 +220,126 @@ def test_api_key_off_creates_no_key() -> None:
     assert d.outputs["apiKey"] is None
 
 
-def test_spot_server_shape(deployed: Deployment, stack: str) -> None:
+def test_no_bare_vm(deployed: Deployment) -> None:
+    assert not deployed.of_type(INSTANCE), "the server is a group member, never a bare instance"
+
+
+def test_template_carries_the_spot_server_and_its_security(deployed: Deployment, stack: str) -> None:
     cfg = parse_config(stack_config(stack))
     assert cfg.image_project == "deeplearning-platform-release"
     assert cfg.image_family == "common-cu129-ubuntu-2204-nvidia-580"
-    vm = deployed.one(INSTANCE).inputs
+    vm = deployed.one(TEMPLATE).inputs
+    assert vm["region"] == cfg.region and vm["namePrefix"] == f"qwen36-{stack}-"
     assert vm["machineType"] == "g2-standard-8"
-    assert vm["zone"] == cfg.zone
     assert vm["guestAccelerators"] == [{"type": "nvidia-l4", "count": 1}]
     assert vm["scheduling"] == {
         "provisioningModel": "SPOT",
         "preemptible": True,
         "automaticRestart": False,
         "onHostMaintenance": "TERMINATE",
-        "instanceTerminationAction": "STOP",
+        "instanceTerminationAction": "DELETE",
     }
-    assert vm["bootDisk"]["initializeParams"] == {
-        "image": f"projects/{cfg.image_project}/global/images/family/{cfg.image_family}",
-        "size": 100,
-        "type": "pd-ssd",
-    }
+    assert vm["disks"] == [
+        {
+            "boot": True,
+            "autoDelete": True,
+            "sourceImage": f"projects/{cfg.image_project}/global/images/family/{cfg.image_family}",
+            "diskSizeGb": 100,
+            "diskType": "pd-ssd",
+        }
+    ]
     assert vm["shieldedInstanceConfig"] == {
         "enableSecureBoot": False,
         "enableVtpm": True,
         "enableIntegrityMonitoring": True,
     }
-    assert vm["metadata"] == {
+    metadata = dict(vm["metadata"])
+    assert metadata.pop("startup-script").startswith("#!")
+    assert metadata == {
         "enable-oslogin": "TRUE",
         "serial-port-enable": "FALSE",
         "block-project-ssh-keys": "TRUE",
         "enable-guest-attributes": "TRUE",
     }
-    assert "startup-script" not in vm["metadata"]  # cannot be combined with metadataStartupScript
-    assert vm["allowStoppingForUpdate"] is True
+    assert "metadataStartupScript" not in vm  # a template carries the script as metadata only
     assert vm["labels"]["app"] == "qwen36-mtp-l4" and vm["labels"]["managed-by"] == "pulumi"
-    assert deployed.registrations[deployed.one(INSTANCE).name].delete_before_replace is True
+    assert vm["tags"] == [f"qwen36-{stack}"]
 
 
-def test_static_ip_is_reserved_in_region_and_attached(deployed: Deployment, stack: str) -> None:
+def test_group_runs_the_template_in_the_regions_l4_zones(deployed: Deployment, stack: str) -> None:
+    cfg = parse_config(stack_config(stack))
+    group = deployed.one(GROUP).inputs
+    name = f"qwen36-{stack}"
+    assert (group["name"], group["baseInstanceName"], group["region"]) == (name, name, cfg.region)
+    template_link = (
+        f"{COMPUTE}/projects/{GCP_PROJECT}/regions/{cfg.region}/instanceTemplates/{name}-{TEMPLATE_SUFFIX}"
+    )
+    assert group["versions"] == [{"name": "primary", "instanceTemplate": template_link}]
+    assert group["targetSize"] == 1
+    assert group["distributionPolicyZones"] == cfg.zones
+    assert group["distributionPolicyTargetShape"] == "BALANCED"
+    assert group["namedPorts"] == [{"name": "http", "port": 8080}]
+    assert group["instanceLifecyclePolicy"] == {
+        "defaultActionOnFailure": "REPAIR",
+        "forceUpdateOnRepair": "YES",
+        "onRepair": {"allowChangingZone": "YES"},
+    }
+    check = deployed.one(HEALTH_CHECK).inputs
+    assert check["httpHealthCheck"] == {"port": 8080, "requestPath": "/health"}
+    assert group["autoHealingPolicies"] == {
+        "healthCheck": f"{COMPUTE}/projects/{GCP_PROJECT}/global/healthChecks/{check['name']}",
+        "initialDelaySec": cfg.health_timeout_minutes * 60,
+    }
+    # No two L4s at once: the old member goes before the new one comes; a regional group's fixed
+    # maxUnavailable must then be at least its number of zones.
+    assert group["updatePolicy"] == {
+        "type": "PROACTIVE",
+        "minimalAction": "REPLACE",
+        "mostDisruptiveAllowedAction": "REPLACE",
+        "instanceRedistributionType": "NONE",
+        "replacementMethod": "RECREATE",
+        "maxSurgeFixed": 0,
+        "maxUnavailableFixed": len(cfg.zones),
+    }
+    assert group["statefulExternalIps"] == [{"interfaceName": "nic0", "deleteRule": "NEVER"}]
+    assert group["waitForInstances"] is False
+
+
+def test_initial_delay_follows_the_cold_start_bound_within_gce_limits() -> None:
+    assert (
+        deploy("dev", {"healthTimeoutMinutes": 5}).one(GROUP).inputs["autoHealingPolicies"]["initialDelaySec"]
+        == 300
+    )
+    assert (
+        deploy("dev", {"healthTimeoutMinutes": 90})
+        .one(GROUP)
+        .inputs["autoHealingPolicies"]["initialDelaySec"]
+        == 3600
+    )
+
+
+def test_more_replicas_get_ephemeral_addresses_and_no_stateful_ip() -> None:
+    d = deploy("dev", {"replicas": 2})
+    group = d.one(GROUP).inputs
+    assert group["targetSize"] == 2
+    assert "statefulExternalIps" not in group
+    assert not d.of_type(ADDRESS)
+    (nic,) = d.one(TEMPLATE).inputs["networkInterfaces"]
+    assert nic["accessConfigs"] == [{"networkTier": "PREMIUM"}]
+    assert d.outputs["staticIp"] is None
+
+
+def test_static_ip_is_reserved_in_region_and_pinned_to_the_member(deployed: Deployment, stack: str) -> None:
     cfg = parse_config(stack_config(stack))
     address = deployed.one(ADDRESS).inputs
     assert address["region"] == cfg.region and address["addressType"] == "EXTERNAL"
-    (nic,) = deployed.one(INSTANCE).inputs["networkInterfaces"]
+    (nic,) = deployed.one(TEMPLATE).inputs["networkInterfaces"]
+    assert nic["network"] == "default"
     assert nic["accessConfigs"] == [{"natIp": MOCK_IP, "networkTier": "PREMIUM"}]
 
 
 def test_standard_provisioning_restarts_but_still_terminates_for_maintenance() -> None:
-    vm = deploy("dev", {"provisioningModel": "STANDARD"}).one(INSTANCE).inputs
+    vm = deploy("dev", {"provisioningModel": "STANDARD"}).one(TEMPLATE).inputs
     assert vm["scheduling"] == {
         "provisioningModel": "STANDARD",
         "preemptible": False,
@@ -254,7 +349,7 @@ def test_standard_provisioning_restarts_but_still_terminates_for_maintenance() -
 
 
 def test_startup_script_is_rendered_for_the_real_bucket_and_secret(deployed: Deployment, stack: str) -> None:
-    script = deployed.one(INSTANCE).inputs["metadataStartupScript"]
+    script = deployed.one(TEMPLATE).inputs["metadata"]["startup-script"]
     assert deployed.outputs["startupScriptSha256"] == hashlib.sha256(script.encode()).hexdigest()
     cfg = parse_config(stack_config(stack))
     expected = render_boot_script(
@@ -275,28 +370,26 @@ def test_startup_script_changes_with_the_config() -> None:
 def test_exports_private_by_default(deployed: Deployment, stack: str) -> None:
     cfg = parse_config(stack_config(stack))
     out = deployed.outputs
-    name = out["instanceName"]
-    assert name == deployed.one(INSTANCE).inputs["name"]
-    assert (out["zone"], out["staticIp"]) == (cfg.zone, MOCK_IP)
+    name = out["groupName"]
+    assert name == deployed.one(GROUP).inputs["name"] == f"qwen36-{stack}"
+    assert (out["region"], out["zones"], out["staticIp"]) == (cfg.region, cfg.zones, MOCK_IP)
     assert out["webUiUrl"] == "http://localhost:8080/"
     assert out["apiBaseUrl"] == "http://localhost:8080/v1"
     assert out["metricsUrl"] == "http://localhost:8080/metrics"
     assert out["modelGcsUri"] == f"gs://{out['modelBucket']}/{model_object_name(cfg)}"
     assert out["modelBucket"] == model_bucket_name(GCP_PROJECT, name, cfg.region)
-    where = f"--zone={cfg.zone} --project={GCP_PROJECT}"
-    tunnel = f"gcloud compute start-iap-tunnel {name} 8080 --local-host-port=localhost:8080 {where}"
-    assert out["iapTunnel"] == tunnel
-    assert tunnel in out["access"] and "IAP" in out["access"].replace("Identity-Aware Proxy", "IAP")
-    assert (
-        out["logsSerial"]
-        == f"gcloud compute instances get-serial-port-output {name} {where} | grep startup-script"
-    )
-    assert out["logsContainer"] == (
-        f"gcloud compute ssh {name} {where} --tunnel-through-iap --command 'sudo docker logs -f llama-server'"
-    )
-    assert out["sshIap"] == f"gcloud compute ssh {name} {where} --tunnel-through-iap"
-    for verb in ("stop", "start", "delete"):
-        assert out[verb] == f"gcloud compute instances {verb} {name} {where}"
+    # Members change name and zone: the commands find the current one through the group.
+    where = f"--project={GCP_PROJECT} --region={cfg.region} --group={name}"
+    assert out["iapTunnel"] == f"python -m qwen36 tunnel {where}"
+    assert out["iapTunnel"] in out["access"] and "Identity-Aware Proxy" in out["access"]
+    assert out["logsSerial"] == f"python -m qwen36 logs --serial {where}"
+    assert out["logsContainer"] == f"python -m qwen36 logs {where}"
+    assert out["sshIap"] == f"python -m qwen36 ssh {where}"
+    group = f"{name} --region={cfg.region} --project={GCP_PROJECT}"
+    assert out["members"] == f"gcloud compute instance-groups managed list-instances {group}"
+    assert out["stop"] == f"gcloud compute instance-groups managed resize {group} --size=0"
+    assert out["start"] == f"gcloud compute instance-groups managed resize {group} --size=1"
+    assert "instanceName" not in out and "zone" not in out and "delete" not in out
     assert out["estimatedHourlyCostUsd"] == 0.24
     note = out["estimatedHourlyCostNote"]
     assert "estimate" in note and "Source:" in note and "2026-11-30" in note
@@ -326,8 +419,16 @@ def test_missing_gcp_project_fails_before_any_resource() -> None:
 
 def test_invalid_value_fails_before_any_resource() -> None:
     with pytest.raises(ConfigError) as err:
-        deploy("dev", {"zone": "europe-west4-a"})
+        deploy("dev", {"zones": ["europe-west4-a"]})
+    assert err.value.key == "qwen36-mtp-l4:zones"
+    assert "'europe-west4-a' is not in region 'us-central1'" in str(err.value)
+
+
+def test_the_old_zone_key_says_to_use_zones() -> None:
+    with pytest.raises(ConfigError) as err:
+        deploy("dev", {"zone": "us-central1-a"})
     assert err.value.key == "qwen36-mtp-l4:zone"
+    assert "use qwen36-mtp-l4:zones" in str(err.value)
 
 
 def test_every_cloud_resource_waits_for_the_apis(deployed: Deployment) -> None:
@@ -350,7 +451,7 @@ def test_every_cloud_resource_waits_for_the_apis(deployed: Deployment) -> None:
 def test_startup_script_without_api_key_has_no_secret_to_fetch() -> None:
     d = deploy("dev", {"apiKey": False})
     cfg = parse_config({**stack_config("dev"), NO_KEY: False})
-    script = d.one(INSTANCE).inputs["metadataStartupScript"]
+    script = d.one(TEMPLATE).inputs["metadata"]["startup-script"]
     assert script == render_boot_script(
         cfg, bucket=d.outputs["modelBucket"], api_key_secret=None, project=GCP_PROJECT
     )

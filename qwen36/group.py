@@ -1,0 +1,304 @@
+"""The server group as the deployer sees it through the Compute API: members, errors, one member's report.
+
+Members of a regional managed instance group get new names or zones on repair, so everything that
+reaches "the server" first asks the group which member is current (``find_member``). The group's
+errors come from two documented places: ``regionInstanceGroupManagers.listErrors`` (a history of
+failed actions) and each managed instance's ``lastAttempt.errors`` from ``listManagedInstances``.
+https://cloud.google.com/compute/docs/reference/rest/v1/regionInstanceGroupManagers/listErrors
+https://cloud.google.com/compute/docs/reference/rest/v1/regionInstanceGroupManagers/listManagedInstances
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from infra import boot_protocol
+
+# Short enough that a hung API call cannot stretch a bounded wait much past its deadline.
+COMPUTE_REQUEST_TIMEOUT_S = 15.0
+SERIAL_PORT = 1
+
+STOCKOUT_CODES = ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS")
+QUOTA_CODE = "QUOTA_EXCEEDED"
+# A member is "the server" once GCE reports it RUNNING; other states mean it is coming or going.
+RUNNING = "RUNNING"
+
+_ZONE_IN_URL = re.compile(r"zones/([a-z]+-[a-z]+[0-9]+-[a-z])\b")
+_NAME_IN_URL = re.compile(r"/instances/([a-z0-9-]+)$")
+# GCE's quota message, e.g. "Quota 'PREEMPTIBLE_NVIDIA_L4_GPUS' exceeded.  Limit: 0.0 in region us-central1."
+_QUOTA_MESSAGE = re.compile(
+    r"Quota '(?P<metric>[A-Z0-9_]+)' exceeded.*?(?:in region (?P<region>[a-z0-9-]+))?\.?$"
+)
+# ..._WITH_DETAILS names the zones that do have capacity, in errorInfo.metadatas or in its message.
+_ZONES_AVAILABLE_KEY = "zonesAvailable"
+
+
+class GroupNotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class GroupTarget:
+    project: str
+    region: str
+    group: str
+
+
+@dataclass(frozen=True)
+class Target:
+    """One member VM, for its report, serial port and the commands that reach it."""
+
+    project: str
+    zone: str
+    instance: str
+
+
+@dataclass(frozen=True)
+class GroupError:
+    """One error GCE reported for the group or a member's last attempt."""
+
+    code: str
+    message: str
+    zone: str = ""
+    instance: str = ""
+    timestamp: datetime | None = None
+    quota_metric: str = ""
+    quota_region: str = ""
+    zones_available: tuple[str, ...] = ()
+
+    @property
+    def stockout(self) -> bool:
+        return self.code in STOCKOUT_CODES
+
+    @property
+    def quota(self) -> bool:
+        return self.code == QUOTA_CODE
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str
+    zone: str
+    status: str
+    """GCE's instance status (RUNNING, PROVISIONING, STOPPING...); empty while the VM does not exist."""
+    action: str
+    """What the group is doing to it (NONE, CREATING, RECREATING, VERIFYING...)."""
+    errors: tuple[GroupError, ...] = ()
+
+    @property
+    def running(self) -> bool:
+        return self.status == RUNNING
+
+    def target(self, project: str) -> Target:
+        return Target(project=project, zone=self.zone, instance=self.name)
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    status: str
+    last_start: datetime | None
+    """``lastStartTimestamp``: reports written before it belong to an earlier start."""
+
+
+class GroupReader(Protocol):
+    def members(self, group: GroupTarget) -> list[Member]: ...
+    def errors(self, group: GroupTarget) -> list[GroupError]: ...
+    def instance(self, target: Target) -> InstanceInfo: ...
+    def guest_attributes(self, target: Target) -> dict[str, str]: ...
+    def serial_tail(self, target: Target, lines: int) -> list[str]: ...
+
+
+def zone_of(url: str) -> str:
+    match = _ZONE_IN_URL.search(url)
+    return match[1] if match else ""
+
+
+def name_of(url: str) -> str:
+    match = _NAME_IN_URL.search(url)
+    return match[1] if match else ""
+
+
+def parse_time(value: str) -> datetime | None:
+    """GCE's RFC 3339 timestamps (``2026-11-30T14:02:03.123-08:00``) as aware UTC datetimes."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC)
+    except ValueError:
+        return None
+
+
+def group_error(
+    code: str,
+    message: str,
+    *,
+    instance_url: str = "",
+    timestamp: str = "",
+    details: list[dict[str, Any]] | None = None,
+) -> GroupError:
+    """A :class:`GroupError` from GCE's fields; quota metric and spare zones from details or message."""
+    metric = region = ""
+    available: tuple[str, ...] = ()
+    for detail in details or []:
+        quota = detail.get("quotaInfo") or {}
+        if quota.get("metricName"):
+            metric = str(quota.get("limitName") or quota["metricName"])
+            region = str((quota.get("dimensions") or {}).get("region", ""))
+        zones = ((detail.get("errorInfo") or {}).get("metadatas") or {}).get(_ZONES_AVAILABLE_KEY)
+        if zones:
+            available = tuple(z.strip() for z in str(zones).split(",") if z.strip())
+    if code == QUOTA_CODE:
+        match = _QUOTA_MESSAGE.search(message.strip())
+        if match:
+            metric = match["metric"]
+            region = match["region"] or region
+    zone = zone_of(instance_url) or zone_of(message)
+    return GroupError(
+        code=code,
+        message=" ".join(message.split()),
+        zone=zone,
+        instance=name_of(instance_url),
+        timestamp=parse_time(timestamp),
+        quota_metric=metric,
+        quota_region=region,
+        zones_available=available,
+    )
+
+
+def find_member(members: list[Member]) -> Member | None:
+    """The member to follow: a RUNNING one first, else the one the group is bringing up."""
+    running = [m for m in members if m.running]
+    if running:
+        return sorted(running, key=lambda m: m.name)[0]
+    named = [m for m in members if m.name]
+    return sorted(named, key=lambda m: m.name)[0] if named else None
+
+
+def current_report(
+    attrs: dict[str, str], last_start: datetime | None
+) -> tuple[boot_protocol.Report | None, str]:
+    """The member's report if it was written during its current start, else None and why.
+
+    A report's time has whole seconds, so it is compared with the start truncated to the second.
+    """
+    value = attrs.get(boot_protocol.KEY_REPORT)
+    if not value:
+        return None, "the VM has not reported yet"
+    try:
+        report = boot_protocol.parse_report(value)
+    except boot_protocol.ReportFormatError as exc:
+        return None, f"unreadable report ignored: {exc}"
+    if last_start is not None and report.time < last_start.replace(microsecond=0):
+        stamp = report.time.strftime("%H:%M:%SZ")
+        started = last_start.strftime("%H:%M:%SZ")
+        return None, (
+            f"ignored a stale '{report.phase}' report from {stamp} (boot {report.boot_id}), "
+            f"before this member's last start at {started}"
+        )
+    return report, ""
+
+
+class ComputeApiReader:
+    """Reads the group and its members with google-cloud-compute (REST transport).
+
+    ``api_endpoint`` points the clients elsewhere (a local server playing the Compute API in tests);
+    ``credentials`` defaults to the deployer's application-default credentials.
+    """
+
+    def __init__(self, api_endpoint: str | None = None, credentials: Any = None) -> None:
+        from google.api_core.client_options import ClientOptions
+        from google.cloud import compute_v1
+
+        options = ClientOptions(api_endpoint=api_endpoint) if api_endpoint else None
+        kwargs: dict[str, Any] = {"transport": "rest", "client_options": options, "credentials": credentials}
+        self._instances = compute_v1.InstancesClient(**kwargs)
+        self._groups = compute_v1.RegionInstanceGroupManagersClient(**kwargs)
+        self._v1 = compute_v1
+
+    def members(self, group: GroupTarget) -> list[Member]:
+        from google.api_core import exceptions
+
+        request = self._v1.ListManagedInstancesRegionInstanceGroupManagersRequest(
+            project=group.project, region=group.region, instance_group_manager=group.group
+        )
+        try:
+            pages = self._groups.list_managed_instances(request=request, timeout=COMPUTE_REQUEST_TIMEOUT_S)
+            items = list(pages)
+        except exceptions.NotFound as exc:
+            raise GroupNotFound(f"no group {group.group} in {group.region} of {group.project}") from exc
+        members = []
+        for item in items:
+            url = item.instance
+            errors = tuple(
+                group_error(
+                    e.code,
+                    e.message,
+                    instance_url=url,
+                    details=[type(d).to_dict(d, preserving_proto_field_name=False) for d in e.error_details],
+                )
+                for e in item.last_attempt.errors.errors
+            )
+            members.append(
+                Member(
+                    name=item.name or name_of(url),
+                    zone=zone_of(url),
+                    status=item.instance_status if item.instance_status else "",
+                    action=item.current_action,
+                    errors=errors,
+                )
+            )
+        return members
+
+    def errors(self, group: GroupTarget) -> list[GroupError]:
+        request = self._v1.ListErrorsRegionInstanceGroupManagersRequest(
+            project=group.project, region=group.region, instance_group_manager=group.group
+        )
+        pages = self._groups.list_errors(request=request, timeout=COMPUTE_REQUEST_TIMEOUT_S)
+        return [
+            group_error(
+                item.error.code,
+                item.error.message,
+                instance_url=item.instance_action_details.instance,
+                timestamp=item.timestamp,
+            )
+            for item in pages
+        ]
+
+    def instance(self, target: Target) -> InstanceInfo:
+        vm = self._instances.get(
+            project=target.project,
+            zone=target.zone,
+            instance=target.instance,
+            timeout=COMPUTE_REQUEST_TIMEOUT_S,
+        )
+        return InstanceInfo(status=str(vm.status), last_start=parse_time(vm.last_start_timestamp))
+
+    def guest_attributes(self, target: Target) -> dict[str, str]:
+        from google.api_core import exceptions
+
+        request = self._v1.GetGuestAttributesInstanceRequest(
+            project=target.project,
+            zone=target.zone,
+            instance=target.instance,
+            query_path=f"{boot_protocol.NAMESPACE}/",
+        )
+        try:
+            result = self._instances.get_guest_attributes(request=request, timeout=COMPUTE_REQUEST_TIMEOUT_S)
+        except exceptions.NotFound:
+            # Nothing written under the namespace yet: the VM has not reached its first report.
+            return {}
+        return {
+            item.key: item.value
+            for item in result.query_value.items
+            if item.namespace == boot_protocol.NAMESPACE
+        }
+
+    def serial_tail(self, target: Target, lines: int) -> list[str]:
+        request = self._v1.GetSerialPortOutputInstanceRequest(
+            project=target.project, zone=target.zone, instance=target.instance, port=SERIAL_PORT
+        )
+        output = self._instances.get_serial_port_output(request=request, timeout=COMPUTE_REQUEST_TIMEOUT_S)
+        return output.contents.splitlines()[-lines:]
