@@ -298,7 +298,7 @@ def parse_config(raw: Mapping[str, Any]) -> StackConfig:
         if namespace != PROJECT:
             continue
         if key in _REMOVED_KEYS:
-            raise ConfigError(full_key, _REMOVED_KEYS[key])
+            raise ConfigError(full_key, f"{value!r}: {_REMOVED_KEYS[key]}")
         if key not in types:
             known = ", ".join(sorted(types))
             close = difflib.get_close_matches(key, types, n=1, cutoff=0.6)

@@ -51,24 +51,28 @@ def wait_command(
     *,
     mode: str,
     project: str,
-    region: str,
-    group: str,
     timeout_minutes: int,
     poll_seconds: float,
     url: str | None,
+    region: str | None = None,
+    group: str | None = None,
+    zone: str | None = None,
+    instance: str | None = None,
     python: str = sys.executable,
 ) -> str:
-    """The shell command the gate runs (every value quoted)."""
+    """The shell command the gate runs (every value quoted): for a group (region and group), or for
+    one plain VM (zone and instance, the tooling image's builder)."""
     argv = [python, "-m", "qwen36", "wait", "--mode", mode]
     if url is not None:
         argv += ["--url", url]
-    argv += [
-        "--project", project,
-        "--region", region,
-        "--group", group,
-        "--timeout-minutes", str(timeout_minutes),
-        "--poll-seconds", f"{poll_seconds:g}",
-    ]  # fmt: skip
+    argv += ["--project", project]
+    if group is not None and region is not None:
+        argv += ["--region", region, "--group", group]
+    elif zone is not None and instance is not None:
+        argv += ["--zone", zone, "--instance", instance]
+    else:
+        raise ValueError("wait_command needs region and group, or zone and instance")
+    argv += ["--timeout-minutes", str(timeout_minutes), "--poll-seconds", f"{poll_seconds:g}"]
     return shlex.join(argv)
 
 

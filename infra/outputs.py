@@ -13,7 +13,6 @@ from infra.config import StackConfig
 from infra.pricing import estimate_hourly_cost
 from infra.server_args import PORT
 
-CONTAINER_NAME = "llama-server"
 LOCAL_TUNNEL_HOST = "localhost"
 
 

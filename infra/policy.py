@@ -9,11 +9,16 @@ shape Pulumi sends to providers: camelCase keys, nested Args as dicts.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 INSTANCE = "gcp:compute/instance:Instance"
+TEMPLATE = "gcp:compute/regionInstanceTemplate:RegionInstanceTemplate"
+GROUP = "gcp:compute/regionInstanceGroupManager:RegionInstanceGroupManager"
+AUTOSCALER = "gcp:compute/regionAutoscaler:RegionAutoscaler"
+HEALTH_CHECK = "gcp:compute/healthCheck:HealthCheck"
 FIREWALL = "gcp:compute/firewall:Firewall"
 BUCKET = "gcp:storage/bucket:Bucket"
 SECRET_VERSION = "gcp:secretmanager/secretVersion:SecretVersion"  # noqa: S105 (a type token)
@@ -24,6 +29,15 @@ RANDOM_PASSWORD = "random:index/randomPassword:RandomPassword"  # noqa: S105 (a 
 # https://cloud.google.com/compute/docs/access/service-accounts#default_service_account
 DEFAULT_SA_SUFFIX = "-compute@developer.gserviceaccount.com"
 _ANYWHERE = ipaddress.ip_network("0.0.0.0/0")
+# Google's health checkers. https://cloud.google.com/load-balancing/docs/health-check-concepts#ip-ranges
+HEALTH_CHECK_RANGES = ("35.191.0.0/16", "130.211.0.0/22")
+# https://cloud.google.com/compute/docs/instance-groups/autohealing-instances-in-migs
+MAX_INITIAL_DELAY_S = 3600
+# Shapes that leave zones uneven, and the shapes an autoscaler works with.
+# https://cloud.google.com/compute/docs/instance-groups/regional-mig-distribution-shape
+UNEVEN_SHAPES = {"BALANCED", "ANY_SINGLE_ZONE"}
+AUTOSCALER_SHAPES = {"EVEN", "BALANCED"}
+_REGION_IN_URL = re.compile(r"/regions/([a-z0-9-]+)/")
 
 
 @dataclass(frozen=True)
@@ -48,14 +62,21 @@ class PolicyContext:
     allow_public_internet: bool = False
     # Values that must appear only where they are meant to be stored (the secret's version).
     secrets: Sequence[str] = field(default_factory=list)
+    # The reserved addresses, IP -> region (resolved outputs: an Address's inputs do not carry its IP).
+    addresses: Mapping[str, str] = field(default_factory=dict)
 
 
 Rule = Callable[[Resource, PolicyContext], Iterator[str]]
+# A rule over the whole program (a group and its template, firewall or autoscaler): yields the
+# resource to blame and the message.
+ProgramRule = Callable[[Sequence[Resource], PolicyContext], Iterator[tuple[Resource, str]]]
 
 
 def _instances(rule: Callable[[Mapping[str, Any]], Iterator[str]]) -> Rule:
+    """A rule on what a VM is: a bare instance's inputs, or a template its group creates VMs from."""
+
     def check(resource: Resource, _: PolicyContext) -> Iterator[str]:
-        if resource.type == INSTANCE:
+        if resource.type in {INSTANCE, TEMPLATE}:
             yield from rule(resource.inputs)
 
     check.__name__ = rule.__name__
@@ -101,6 +122,109 @@ def own_service_account(inputs: Mapping[str, Any]) -> Iterator[str]:
         yield "no serviceAccount.email: GCE would attach the default compute service account"
     elif str(email).endswith(DEFAULT_SA_SUFFIX):
         yield f"uses the default compute service account {email}"
+
+
+def _groups(rule: Callable[[Mapping[str, Any]], Iterator[str]]) -> Rule:
+    def check(resource: Resource, _: PolicyContext) -> Iterator[str]:
+        if resource.type == GROUP:
+            yield from rule(resource.inputs)
+
+    check.__name__ = rule.__name__
+    return check
+
+
+@_groups
+def uneven_shape_needs_no_redistribution(inputs: Mapping[str, Any]) -> Iterator[str]:
+    # GCE rejects proactive redistribution for shapes that do not keep zones even.
+    shape = inputs.get("distributionPolicyTargetShape") or "EVEN"
+    redistribution = (inputs.get("updatePolicy") or {}).get("instanceRedistributionType") or "PROACTIVE"
+    if shape in UNEVEN_SHAPES and redistribution != "NONE":
+        yield f"shape {shape} needs updatePolicy.instanceRedistributionType=NONE, not {redistribution}"
+
+
+@_groups
+def autohealing_delay_in_range(inputs: Mapping[str, Any]) -> Iterator[str]:
+    healing = inputs.get("autoHealingPolicies") or {}
+    delay = healing.get("initialDelaySec")
+    if healing and (delay is None or not 0 <= delay <= MAX_INITIAL_DELAY_S):
+        yield f"autoHealingPolicies.initialDelaySec must be within 0-{MAX_INITIAL_DELAY_S}, not {delay}"
+
+
+def _group_named(resources: Sequence[Resource], target: str) -> Resource | None:
+    for resource in resources:
+        name = resource.inputs.get("name")
+        if resource.type == GROUP and name and (target == name or target.endswith(f"/{name}")):
+            return resource
+    return None
+
+
+def autoscaler_needs_even_or_balanced(
+    resources: Sequence[Resource], _: PolicyContext
+) -> Iterator[tuple[Resource, str]]:
+    for scaler in resources:
+        if scaler.type != AUTOSCALER:
+            continue
+        group = _group_named(resources, str(scaler.inputs.get("target") or ""))
+        shape = (group.inputs.get("distributionPolicyTargetShape") or "EVEN") if group else "EVEN"
+        if group is not None and shape not in AUTOSCALER_SHAPES:
+            yield group, f"is autoscaled by {scaler.name}: its shape must be EVEN or BALANCED, not {shape}"
+
+
+def _admits(rule: Mapping[str, Any], source: str, port: int) -> bool:
+    if (rule.get("direction") or "INGRESS") != "INGRESS" or source not in (rule.get("sourceRanges") or []):
+        return False
+    return any(
+        allow.get("protocol") in {"tcp", "all"}
+        and (not allow.get("ports") or any(_port_in(str(p), port) for p in allow["ports"]))
+        for allow in rule.get("allows") or []
+    )
+
+
+def _port_in(spec: str, port: int) -> bool:
+    low, _, high = spec.partition("-")
+    return int(low) <= port <= int(high or low)
+
+
+def health_checks_admitted(resources: Sequence[Resource], _: PolicyContext) -> Iterator[tuple[Resource, str]]:
+    # Without this, autohealing sees every member as dead and recreates it after the initial delay.
+    firewalls = [r.inputs for r in resources if r.type == FIREWALL]
+    for check in resources:
+        if check.type != HEALTH_CHECK:
+            continue
+        port = int((check.inputs.get("httpHealthCheck") or {}).get("port") or 80)
+        for source in HEALTH_CHECK_RANGES:
+            if not any(_admits(rule, source, port) for rule in firewalls):
+                yield (
+                    check,
+                    f"no ingress firewall rule admits Google's health checkers {source} on tcp:{port}",
+                )
+
+
+def stateful_ip_in_group_region(
+    resources: Sequence[Resource], ctx: PolicyContext
+) -> Iterator[tuple[Resource, str]]:
+    # A regional group can hold only a regional address of its own region.
+    # https://cloud.google.com/compute/docs/instance-groups/configuring-stateful-ip-addresses-in-migs
+    for group in resources:
+        if group.type != GROUP or not group.inputs.get("statefulExternalIps"):
+            continue
+        region = group.inputs.get("region")
+        for version in group.inputs.get("versions") or []:
+            match = _REGION_IN_URL.search(str(version.get("instanceTemplate") or ""))
+            if match and match[1] != region:
+                yield group, f"runs a template of region {match[1]}, not its own region {region}"
+        for template in resources:
+            if template.type != TEMPLATE or template.inputs.get("region") != region:
+                continue
+            for nic in template.inputs.get("networkInterfaces") or []:
+                for access in nic.get("accessConfigs") or []:
+                    ip = access.get("natIp")
+                    if ip and ctx.addresses.get(ip) != region:
+                        where = ctx.addresses.get(ip, "no reserved address known")
+                        yield (
+                            group,
+                            f"stateful external IP {ip} is in {where}, not the group's region {region}",
+                        )
 
 
 def no_open_firewall(resource: Resource, ctx: PolicyContext) -> Iterator[str]:
@@ -156,15 +280,32 @@ RULES: tuple[Rule, ...] = (
     no_open_firewall,
     private_bucket,
     secret_stays_secret,
+    uneven_shape_needs_no_redistribution,
+    autohealing_delay_in_range,
+)
+PROGRAM_RULES: tuple[ProgramRule, ...] = (
+    autoscaler_needs_even_or_balanced,
+    health_checks_admitted,
+    stateful_ip_in_group_region,
 )
 
 
 def check(
-    resources: Iterable[Resource], ctx: PolicyContext, rules: Sequence[Rule] = RULES
+    resources: Iterable[Resource],
+    ctx: PolicyContext,
+    rules: Sequence[Rule] = RULES,
+    program_rules: Sequence[ProgramRule] = PROGRAM_RULES,
 ) -> list[Violation]:
-    return [
+    listed = list(resources)
+    found = [
         Violation(rule.__name__, f"{resource.type}::{resource.name}", message)
-        for resource in resources
+        for resource in listed
         for rule in rules
         for message in rule(resource, ctx)
     ]
+    for program_rule in program_rules:
+        found += [
+            Violation(program_rule.__name__, f"{resource.type}::{resource.name}", message)
+            for resource, message in program_rule(listed, ctx)
+        ]
+    return found

@@ -20,6 +20,8 @@ from infra import boot_protocol
 # Short enough that a hung API call cannot stretch a bounded wait much past its deadline.
 COMPUTE_REQUEST_TIMEOUT_S = 15.0
 SERIAL_PORT = 1
+# The server container's name on every member (startup/boot.sh's CONTAINER_NAME).
+CONTAINER_NAME = "llama-server"
 
 STOCKOUT_CODES = ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS")
 QUOTA_CODE = "QUOTA_EXCEEDED"
@@ -302,3 +304,32 @@ class ComputeApiReader:
         )
         output = self._instances.get_serial_port_output(request=request, timeout=COMPUTE_REQUEST_TIMEOUT_S)
         return output.contents.splitlines()[-lines:]
+
+
+class SingleVmReader:
+    """One plain VM seen as a group of one (the tooling image's builder): the same wait serves both."""
+
+    def __init__(self, reader: GroupReader, vm: Target) -> None:
+        self._reader = reader
+        self._vm = vm
+
+    def members(self, group: GroupTarget) -> list[Member]:
+        from google.api_core import exceptions
+
+        try:
+            status = self._reader.instance(self._vm).status
+        except exceptions.NotFound:
+            return []
+        return [Member(name=self._vm.instance, zone=self._vm.zone, status=status, action="NONE")]
+
+    def errors(self, group: GroupTarget) -> list[GroupError]:
+        return []
+
+    def instance(self, target: Target) -> InstanceInfo:
+        return self._reader.instance(target)
+
+    def guest_attributes(self, target: Target) -> dict[str, str]:
+        return self._reader.guest_attributes(target)
+
+    def serial_tail(self, target: Target, lines: int) -> list[str]:
+        return self._reader.serial_tail(target, lines)

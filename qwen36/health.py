@@ -31,12 +31,14 @@ import httpx
 
 from infra import boot_protocol
 from qwen36.group import (
+    CONTAINER_NAME,
     SERIAL_PORT,
     GroupError,
     GroupReader,
     GroupTarget,
     InstanceInfo,
     Member,
+    SingleVmReader,
     Target,
     current_report,
     find_member,
@@ -53,8 +55,7 @@ SERIAL_TAIL_LINES = 30
 STARTUP_PREFIX = "startup-script:"
 # Group errors older than the wait (minus this slack for clock skew) belong to an earlier deploy.
 ERROR_CLOCK_SLACK_S = 60.0
-# The deployed container's name (startup/boot.sh) and GCE's unit that runs startup scripts.
-CONTAINER_NAME = "llama-server"
+# GCE's unit that runs startup scripts.
 STARTUP_UNIT = "google-startup-scripts.service"
 QUOTAS_CONSOLE = "https://console.cloud.google.com/iam-admin/quotas"
 
@@ -397,7 +398,8 @@ def diagnose(
         lines += _vm_facts(target, reader)
     if group is not None:
         lines.append("look further with:")
-        lines += [f"  {command}" for command in look_further_commands(group, target)]
+        commands = look_further_commands(group, target, plain_vm=isinstance(reader, SingleVmReader))
+        lines += [f"  {command}" for command in commands]
     return "\n".join(lines)
 
 
@@ -417,12 +419,14 @@ def _vm_facts(target: Target, reader: GroupReader) -> list[str]:
     return lines
 
 
-def look_further_commands(group: GroupTarget, target: Target | None) -> list[str]:
+def look_further_commands(group: GroupTarget, target: Target | None, *, plain_vm: bool = False) -> list[str]:
     where_group = f"--region={shlex.quote(group.region)} --project={shlex.quote(group.project)}"
     commands = [
         f"gcloud compute instance-groups managed list-instances {shlex.quote(group.group)} {where_group}",
         f"gcloud compute instance-groups managed list-errors {shlex.quote(group.group)} {where_group}",
     ]
+    if plain_vm:
+        commands = []
     if target is None:
         return commands
     where = f"--zone={shlex.quote(target.zone)} --project={shlex.quote(target.project)}"

@@ -27,8 +27,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--mode", choices=MODES, required=True)
     parser.add_argument("--url", help="http mode: the server's base URL, e.g. http://203.0.113.7:8080")
     parser.add_argument("--project", required=True)
-    parser.add_argument("--region", required=True)
-    parser.add_argument("--group", required=True, help="the regional managed instance group's name")
+    parser.add_argument("--region", help="the server group's region")
+    parser.add_argument("--group", help="the regional managed instance group's name")
+    parser.add_argument("--zone", help="with --instance: wait on one plain VM (the tooling image's builder)")
+    parser.add_argument("--instance", help="with --zone: the plain VM's name")
     parser.add_argument("--timeout-minutes", type=float, required=True)
     parser.add_argument("--poll-seconds", type=float, default=DEFAULT_POLL_S)
     parser.add_argument("--heartbeat-seconds", type=float, default=DEFAULT_HEARTBEAT_S)
@@ -42,18 +44,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from qwen36.group import ComputeApiReader, GroupTarget
+    from qwen36.group import ComputeApiReader, GroupReader, GroupTarget, SingleVmReader, Target
     from qwen36.health import WaitFailed, WaitSettings, wait_ready
 
     if args.mode == "http" and not args.url:
         print("wait: --mode http needs --url", file=sys.stderr)
+        return 2
+    if not (args.region and args.group) and not (args.zone and args.instance):
+        print("wait: needs --region and --group (a server group), or --zone and --instance", file=sys.stderr)
         return 2
     credentials = None
     if args.anonymous:
         from google.auth.credentials import AnonymousCredentials
 
         credentials = AnonymousCredentials()
-    reader: ComputeApiReader | None
+    reader: GroupReader | None
     try:
         reader = ComputeApiReader(api_endpoint=args.compute_endpoint, credentials=credentials)
     except Exception as exc:  # e.g. no application-default credentials on this machine
@@ -62,6 +67,12 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_NOT_READY
         print(f"wait: no Compute API access ({type(exc).__name__}); probing HTTP only", flush=True)
         reader = None
+    if args.region and args.group:
+        group = GroupTarget(project=args.project, region=args.region, group=args.group)
+    else:
+        vm = Target(project=args.project, zone=args.zone, instance=args.instance)
+        group = GroupTarget(project=args.project, region=args.zone.rsplit("-", 1)[0], group=args.instance)
+        reader = SingleVmReader(reader, vm) if reader is not None else None
     try:
         wait_ready(
             settings=WaitSettings(
@@ -71,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
             ),
             url=args.url if args.mode == "http" else None,
             api_key=os.environ.get(API_KEY_ENV) or None,
-            group=GroupTarget(project=args.project, region=args.region, group=args.group),
+            group=group,
             reader=reader,
             emit=lambda line: print(line, flush=True),
         )

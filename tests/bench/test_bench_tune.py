@@ -164,14 +164,14 @@ def test_base_config_reads_a_stack_file_and_overrides(tmp_path: Path) -> None:
     stack.write_text(
         "config:\n"
         "  gcp:project: some-project\n"
-        "  qwen36-mtp-l4:zone: us-central1-b\n"
+        "  qwen36-mtp-l4:zones: [us-central1-b]\n"
         "  qwen36-mtp-l4:ctxSize: 32768\n"
         "  qwen36-mtp-l4:backendSampling: false\n"
         "  qwen36-mtp-l4:someSecret:\n"
         "    secure: AAABAKxx\n"
     )
     cfg = base_config(stack, ["specDraftNMax=3", "qwen36-mtp-l4:threads=2"])
-    assert (cfg.zone, cfg.ctx_size, cfg.backend_sampling) == ("us-central1-b", 32768, False)
+    assert (cfg.zones, cfg.ctx_size, cfg.backend_sampling) == (["us-central1-b"], 32768, False)
     assert (cfg.spec_draft_n_max, cfg.threads) == (3, 2)
     with pytest.raises(ConfigError, match="qwen36-mtp-l4:ctxSize"):
         base_config(stack, ["ctxSize=100"])

@@ -258,7 +258,7 @@ def _handler(group: FakeGroup) -> type[BaseHTTPRequestHandler]:
 
 @contextmanager
 def fake_compute_api(group: FakeGroup) -> Iterator[str]:
-    """Serves ``group`` on a free loopback port; yields the endpoint for ``ClientOptions(api_endpoint=...)``."""
+    """Serves ``group`` on a free loopback port; yields the endpoint for ``ClientOptions(api_endpoint=)``."""
     with serve_on_loopback(_handler(group)) as endpoint:
         yield endpoint
 

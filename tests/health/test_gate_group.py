@@ -3,6 +3,8 @@ loopback staging GCE's documented answers, and a virtual clock so minutes of wai
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
@@ -98,7 +100,7 @@ def test_quota_error_fails_at_once_naming_metric_region_and_where_to_ask() -> No
     group.timeline = [
         (0, GroupState(members=[member], errors=[list_error(group, member, "QUOTA_EXCEEDED", message, 5)]))
     ]
-    lines, summary, diagnosis = run_gate(group, clock)
+    _lines, summary, diagnosis = run_gate(group, clock)
     assert summary is None
     assert clock() < boot_protocol.GATE_POLL_MIN_S, "a quota error must not wait for the timeout"
     assert "quota exceeded (QUOTA_EXCEEDED): PREEMPTIBLE_NVIDIA_L4_GPUS in region europe-west4" in diagnosis
@@ -241,7 +243,7 @@ def test_guest_attributes_are_read_at_most_every_15_seconds() -> None:
             wall=clock.wall,
         )
     reads = group.reads("/getGuestAttributes")
-    gaps = [later - earlier for earlier, later in zip(reads, reads[1:], strict=False)]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(reads)]
     assert len(reads) >= 600 / boot_protocol.GATE_POLL_MIN_S - 1
     assert len(reads) <= 600 / boot_protocol.GATE_POLL_MIN_S + 1
     assert min(gaps) >= boot_protocol.GATE_POLL_MIN_S

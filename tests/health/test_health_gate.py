@@ -90,7 +90,9 @@ def deploy(
             name="qwen36-dev",
             region="europe-west4",
             base_instance_name="qwen36-dev",
-            versions=[gcp.compute.RegionInstanceGroupManagerVersionArgs(instance_template=template.self_link)],
+            versions=[
+                gcp.compute.RegionInstanceGroupManagerVersionArgs(instance_template=template.self_link)
+            ],
         )
         gate = HealthGate(
             "gate",
@@ -121,7 +123,9 @@ def command_of(monitor: RecordingMonitor) -> Registration:
 def test_gate_runs_after_the_group_and_holds_exports_back() -> None:
     monitor = deploy()
     command = command_of(monitor)
-    assert monitor.registrations["server-group"].urn in command.dependencies, "the wait must start after the group"
+    assert monitor.registrations["server-group"].urn in command.dependencies, (
+        "the wait must start after the group"
+    )
     assert monitor.registrations["gate-wait"].urn.endswith(
         "qwen36:infra:HealthGate$command:local:Command::gate-wait"
     )

@@ -75,7 +75,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 f"{inputs['namePrefix']}{TEMPLATE_SUFFIX}"
             },
             "gcp:compute/regionInstanceGroupManager:RegionInstanceGroupManager": lambda: {
-                "instanceGroup": f"{COMPUTE}/projects/{GCP_PROJECT}/regions/{inputs['region']}/instanceGroups/"
+                "instanceGroup": f"{COMPUTE}/projects/{GCP_PROJECT}/regions/{inputs['region']}/"
+                f"instanceGroups/"
                 f"{inputs['name']}"
             },
             "gcp:compute/healthCheck:HealthCheck": lambda: {

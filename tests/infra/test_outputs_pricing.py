@@ -10,7 +10,7 @@ from program_mocks import PROJECT, ROOT
 
 from infra.config import G2_MACHINE_TYPES, parse_config
 from infra.model_cache import MAX_BUCKET_NAME, model_bucket_name, model_object_name
-from infra.outputs import CONTAINER_NAME, PLAIN_OUTPUT_KEYS, Place, commands, plain_outputs
+from infra.outputs import PLAIN_OUTPUT_KEYS, Place, commands, plain_outputs
 from infra.pricing import SEED_USD_PER_HOUR, estimate_hourly_cost
 
 
@@ -32,7 +32,7 @@ def test_cost_grows_with_the_g2_shape_and_stays_below_linear(model: str) -> None
 
 def test_cost_label_says_what_it_is() -> None:
     label = estimate_hourly_cost(
-        cfg_for(machineType="g2-standard-16", region="europe-west4", zone="europe-west4-a")
+        cfg_for(machineType="g2-standard-16", region="europe-west4", zones=["europe-west4-a"])
     )
     assert "estimate" in label.label and "scaled from g2-standard-8" in label.label
     assert "us-central1 prices" in label.label and "Source:" in label.label
@@ -44,16 +44,30 @@ def test_spot_is_cheaper_than_on_demand() -> None:
     assert spot < on_demand
 
 
+def place_for(project: str = "p", static_ip: str | None = "203.0.113.10") -> Place:
+    return Place(
+        project=project,
+        region="us-central1",
+        group="qwen36-dev",
+        zones=("us-central1-a",),
+        static_ip=static_ip,
+    )
+
+
 def test_commands_quote_what_the_shell_would_split() -> None:
-    place = Place(project="my project", instance="qwen36-dev", zone="us-central1-a", static_ip="203.0.113.10")
-    for name, command in commands(place).items():
-        words = shlex.split(command.split(" | ")[0])
+    for name, command in commands(place_for(project="my project")).items():
+        words = shlex.split(command)
         assert "--project=my project" in words, name
 
 
 def test_plain_outputs_keys_are_the_exported_keys() -> None:
-    place = Place(project="p", instance="i", zone="us-central1-a", static_ip="203.0.113.10")
-    assert tuple(plain_outputs(cfg_for(), place)) == PLAIN_OUTPUT_KEYS
+    assert tuple(plain_outputs(cfg_for(), place_for())) == PLAIN_OUTPUT_KEYS
+
+
+def test_without_a_static_ip_an_open_range_still_points_at_the_tunnel() -> None:
+    outputs = plain_outputs(cfg_for(sourceRanges=["198.51.100.7/32"]), place_for(static_ip=None))
+    assert outputs["webUiUrl"] == "http://localhost:8080/"
+    assert "python -m qwen36 tunnel" in outputs["access"]
 
 
 def test_model_object_name_keeps_the_repo_path() -> None:
@@ -62,11 +76,11 @@ def test_model_object_name_keeps_the_repo_path() -> None:
 
 
 def test_container_logs_command_names_the_boot_scripts_container() -> None:
+    from qwen36.group import CONTAINER_NAME
+
     boot = (ROOT / "startup" / "boot.sh").read_text()
     names = re.findall(r"^CONTAINER_NAME=(\S+)$", boot, flags=re.MULTILINE)
     assert names == [CONTAINER_NAME]
-    place = Place(project="p", instance="i", zone="us-central1-a", static_ip="203.0.113.10")
-    assert f"docker logs -f {CONTAINER_NAME}" in commands(place)["logsContainer"]
 
 
 def test_bucket_name_for_ordinary_and_awkward_projects() -> None:

@@ -22,8 +22,13 @@ from infra.config import (
 
 # key -> (bad value, a fragment the message must contain to say what is allowed)
 INVALID: dict[str, tuple[str, Any, str]] = {
-    "zone-shape": ("zone", "us-central1", "zone name"),
-    "zone-other-region": ("zone", "europe-west4-a", "not in region"),
+    "zone-shape": ("zones", ["us-central1"], "zone name"),
+    "zone-other-region": ("zones", ["europe-west4-a"], "not in region"),
+    "zone-twice": ("zones", ["us-central1-a", "us-central1-a"], "twice"),
+    "zones-not-a-list": ("zones", "us-central1-a", "list"),
+    "zone-key-removed": ("zone", "us-central1-a", "use qwen36-mtp-l4:zones"),
+    "replicas-zero": ("replicas", 0, "1"),
+    "replicas-many": ("replicas", 9, "8"),
     "machine-not-g2": ("machineType", "n1-standard-8", "g2-standard-8"),
     "machine-too-small": ("machineType", "g2-standard-4", "32 GB"),
     "accelerator": ("acceleratorType", "nvidia-tesla-t4", "nvidia-l4"),
@@ -80,7 +85,8 @@ def test_invalid_value_names_key_value_and_what_is_allowed(case: str, as_cli_pas
         {"sourceRanges": ["0.0.0.0/0"], "allowPublicInternet": True},
         {"threads": 8, "provisioningModel": "STANDARD", "bootDiskType": "pd-balanced"},
         {"machineType": "g2-standard-16", "threads": 16, "tools": ["read_file"]},
-        {"region": "asia-southeast1", "zone": "asia-southeast1-b", "specDraftPMin": 0.5},
+        {"region": "asia-southeast1", "zones": ["asia-southeast1-b"], "specDraftPMin": 0.5},
+        {"region": "europe-west4", "zones": ["europe-west4-a", "europe-west4-c"], "replicas": 2},
         {"modelSizeBytes": 200 * 1024**3, "bootDiskSizeGb": 260},
     ],
 )
@@ -95,6 +101,12 @@ def test_disk_minimum_follows_the_model_size() -> None:
     with pytest.raises(ConfigError) as err:
         parse_config(bag)
     assert err.value.key == f"{PROJECT}:bootDiskSizeGb"
+
+
+def test_an_empty_zone_list_is_refused() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config({f"{PROJECT}:zones": []})
+    assert err.value.key == f"{PROJECT}:zones" and "at least one zone" in str(err.value)
 
 
 def test_other_namespaces_are_ignored() -> None:
@@ -173,7 +185,8 @@ zones = st.builds(
 )
 PLAUSIBLE = {
     "region": st.sampled_from(["us-central1", "europe-west4", "asia-southeast1", "mars-north1"]),
-    "zone": zones,
+    "zones": st.lists(zones, max_size=3),
+    "replicas": st.integers(-1, 10),
     "machineType": st.sampled_from([*G2_MACHINE_TYPES, "g2-standard-4", "a2-highgpu-1g"]),
     "provisioningModel": st.sampled_from(["SPOT", "STANDARD", "spot"]),
     "bootDiskSizeGb": st.integers(-10, 70000),
@@ -201,5 +214,6 @@ def test_loader_on_plausible_values_accepts_or_raises_config_error(
     except ConfigError as err:
         assert err.key.startswith(f"{PROJECT}:")
     else:
-        assert cfg.zone.startswith(cfg.region) and cfg.min_boot_disk_gb <= cfg.boot_disk_size_gb
+        assert all(zone.startswith(f"{cfg.region}-") for zone in cfg.zones)
+        assert cfg.replicas >= 1 and cfg.min_boot_disk_gb <= cfg.boot_disk_size_gb
         assert "0.0.0.0/0" not in cfg.source_ranges or cfg.allow_public_internet

@@ -1,0 +1,136 @@
+"""``python -m qwen36 tunnel|ssh|logs``: reach the server group's current member, wherever it runs now.
+
+A repaired member may come back with a new name or in another zone, so a fixed
+``gcloud compute start-iap-tunnel <vm> --zone=<zone>`` goes stale. These commands ask the Compute
+API for the group's current RUNNING member and its zone, then run gcloud for it (IAP TCP
+forwarding; the user needs roles/iap.tunnelResourceAccessor). The group comes from the flags the
+stack outputs print, or from ``--stack`` (read with ``pulumi stack output``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+
+PORT = 8080  # infra/server_args.PORT; infra (and pulumi) is not imported by the CLI
+LOCAL_HOST = "localhost"
+SERIAL_LINES = 400
+EXIT_NO_MEMBER = 1
+PULUMI_TIMEOUT_S = 60
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", help="the Google Cloud project (default: the stack's gcp:project)")
+    parser.add_argument("--region", help="the group's region (default: the stack's region output)")
+    parser.add_argument("--group", help="the group's name (default: the stack's groupName output)")
+    parser.add_argument("--stack", help="read the three values above from this Pulumi stack")
+    parser.add_argument("--print", action="store_true", help="print the gcloud command instead of running it")
+    parser.add_argument(
+        "--compute-endpoint", help="Compute API endpoint override (a local stand-in in tests)"
+    )
+    parser.add_argument("--anonymous", action="store_true", help="no credentials (only for a local stand-in)")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tunnel = subparsers.add_parser(
+        "tunnel", help="open an IAP tunnel to the server group's current member (localhost:8080)"
+    )
+    _common(tunnel)
+    tunnel.add_argument("--local-port", type=int, default=PORT)
+    tunnel.set_defaults(func=run, verb="tunnel")
+
+    ssh = subparsers.add_parser("ssh", help="SSH (through IAP) into the server group's current member")
+    _common(ssh)
+    ssh.add_argument("command", nargs="*", help="a command to run instead of a shell")
+    ssh.set_defaults(func=run, verb="ssh")
+
+    logs = subparsers.add_parser("logs", help="follow the server container's logs on the current member")
+    _common(logs)
+    logs.add_argument(
+        "--serial", action="store_true", help="print the boot's serial console lines instead (no SSH needed)"
+    )
+    logs.set_defaults(func=run, verb="logs")
+
+
+def stack_defaults(stack: str) -> dict[str, str]:
+    """``groupName``/``region`` outputs and ``gcp:project`` of a Pulumi stack, through the pulumi CLI."""
+    outputs = json.loads(
+        subprocess.run(
+            ["pulumi", "stack", "output", "--json", "--stack", stack],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=PULUMI_TIMEOUT_S,
+        ).stdout
+    )
+    project = subprocess.run(
+        ["pulumi", "config", "get", "gcp:project", "--stack", stack],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=PULUMI_TIMEOUT_S,
+    ).stdout.strip()
+    return {"project": project, "region": str(outputs["region"]), "group": str(outputs["groupName"])}
+
+
+def gcloud_argv(verb: str, args: argparse.Namespace, *, project: str, zone: str, instance: str) -> list[str]:
+    from qwen36.group import CONTAINER_NAME
+
+    where = [f"--zone={zone}", f"--project={project}"]
+    if verb == "tunnel":
+        local = f"--local-host-port={LOCAL_HOST}:{args.local_port}"
+        return ["gcloud", "compute", "start-iap-tunnel", instance, str(PORT), local, *where]
+    ssh = ["gcloud", "compute", "ssh", instance, *where, "--tunnel-through-iap"]
+    if verb == "logs":
+        return [*ssh, "--command", f"sudo docker logs -f {CONTAINER_NAME}"]
+    return [*ssh, "--command", shlex.join(args.command)] if args.command else ssh
+
+
+def run(args: argparse.Namespace) -> int:
+    from qwen36.group import ComputeApiReader, GroupTarget, find_member
+
+    values = {"project": args.project, "region": args.region, "group": args.group}
+    if args.stack and not all(values.values()):
+        values = {**stack_defaults(args.stack), **{k: v for k, v in values.items() if v}}
+    missing = [f"--{k}" for k, v in values.items() if not v]
+    if missing:
+        print(f"{args.verb}: needs {', '.join(missing)} (or --stack)", file=sys.stderr)
+        return 2
+    group = GroupTarget(project=values["project"], region=values["region"], group=values["group"])
+    credentials = None
+    if args.anonymous:
+        from google.auth.credentials import AnonymousCredentials
+
+        credentials = AnonymousCredentials()
+    reader = ComputeApiReader(api_endpoint=args.compute_endpoint, credentials=credentials)
+    members = reader.members(group)
+    member = find_member(members)
+    if member is None or not member.running:
+        state = "no member" if member is None else f"{member.name} is {member.status or member.action}"
+        print(
+            f"{args.verb}: the group {group.group} has no RUNNING member now ({state}); GCE is bringing one "
+            f"up. Watch it with: gcloud compute instance-groups managed list-instances {group.group} "
+            f"--region={group.region} --project={group.project}",
+            file=sys.stderr,
+        )
+        return EXIT_NO_MEMBER
+    print(f"{args.verb}: {member.name} in {member.zone}", file=sys.stderr, flush=True)
+    if args.verb == "logs" and args.serial:
+        for line in reader.serial_tail(member.target(group.project), SERIAL_LINES):
+            print(line)
+        return 0
+    argv = gcloud_argv(args.verb, args, project=group.project, zone=member.zone, instance=member.name)
+    if args.print:
+        print(shlex.join(argv))
+        return 0
+    return _exec(argv)
+
+
+def _exec(argv: Sequence[str]) -> int:
+    os.execvp(argv[0], list(argv))  # noqa: S606 (gcloud replaces this process and owns the terminal)
+    return 0  # pragma: no cover
