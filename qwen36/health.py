@@ -252,6 +252,8 @@ class _GroupView:
     """What the last Compute API read showed: the member followed, its report, the errors seen."""
 
     member: Member | None = None
+    readable: bool = False
+    """Whether the group was ever readable: without that, HTTP alone decides (and says so)."""
     parts: dict[str, Observation] = field(default_factory=dict)
     seen_errors: set[tuple[str, str, str]] = field(default_factory=set)
     stockout_zones: list[str] = field(default_factory=list)
@@ -310,7 +312,7 @@ def wait_ready(
             if url is not None:
                 decider = parts["http"]
                 # Without Compute API access the HTTP answer alone decides.
-                ready = decider.ready and (member_up or reader is None)
+                ready = decider.ready and (member_up or reader is None or not view.readable)
             else:
                 decider = vm or Observation("no-report")
                 ready = decider.ready and member_up
@@ -354,7 +356,8 @@ def _read_group(
         members, problem = None, f"group unreadable: {type(exc).__name__}: {str(exc)[:160]}"
     errors: list[GroupError] = [e for m in members or [] for e in m.errors]
     try:
-        errors += [e for e in reader.errors(group) if e.timestamp is None or e.timestamp >= errors_since]
+        if members is not None:
+            errors += [e for e in reader.errors(group) if e.timestamp is None or e.timestamp >= errors_since]
     except Exception as exc:
         progress.say(f"group errors unreadable: {type(exc).__name__}: {str(exc)[:160]}")
     for error in errors:
@@ -373,6 +376,11 @@ def _read_group(
             )
         progress.say(line)
     member, member_obs = observe_member(members, problem)
+    if members is None:
+        # An unreadable round keeps following the member seen last.
+        view.parts = {"member": member_obs, **{k: v for k, v in view.parts.items() if k != "member"}}
+        return
+    view.readable = True
     view.member = member
     view.parts = {"member": member_obs}
     if member is not None and member.running:

@@ -146,3 +146,15 @@ def test_cli_is_registered_under_python_m_qwen36() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "--mode" in out.stdout and "guest-attributes" in out.stdout
+
+
+def test_http_alone_decides_when_the_group_was_never_readable() -> None:
+    group = _group(FakeMember("qwen36-dev-x1", "europe-west4-a"))
+    elsewhere = GroupTarget(project=group.project, region=group.region, group="not-this-group")
+    lines: list[str] = []
+    with stub_server(200, b'{"status":"ok"}') as url, fake_compute_api(group) as endpoint:
+        summary = wait_ready(
+            settings=SHORT, url=url, group=elsewhere, reader=_reader(endpoint), emit=lines.append
+        )
+    assert summary.startswith("ready after") and "/health ok" in summary
+    assert "member unreadable (group unreadable: GroupNotFound: no group not-this-group" in lines[0]
