@@ -92,8 +92,8 @@ def instance_metadata(startup_script: str) -> dict[str, str]:
 
 def initial_delay_s(cfg: StackConfig) -> int:
     """Autohealing's grace period for a new member: the cold-start bound the deployer waits for
-    (``healthTimeoutMinutes``), within GCE's 0-3600 s. A member still not healthy after it is
-    recreated rather than left to serve nothing."""
+    (``healthTimeoutMinutes``), within GCE's 0-3600 s. A member not healthy by then is recreated
+    rather than left serving nothing."""
     return max(0, min(MAX_INITIAL_DELAY_S, cfg.health_timeout_minutes * 60))
 
 
