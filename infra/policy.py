@@ -13,12 +13,17 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra import fleet_bounds
+
 INSTANCE = "gcp:compute/instance:Instance"
 FIREWALL = "gcp:compute/firewall:Firewall"
 BUCKET = "gcp:storage/bucket:Bucket"
 SECRET_VERSION = "gcp:secretmanager/secretVersion:SecretVersion"  # noqa: S105 (a type token)
 LOCAL_COMMAND = "command:local:Command"
 RANDOM_PASSWORD = "random:index/randomPassword:RandomPassword"  # noqa: S105 (a type token)
+BACKEND_SERVICE = "gcp:compute/backendService:BackendService"
+REGION_AUTOSCALER = "gcp:compute/regionAutoscaler:RegionAutoscaler"
+REGION_GROUP = "gcp:compute/regionInstanceGroupManager:RegionInstanceGroupManager"
 
 # The default compute service account is <project-number>-compute@developer.gserviceaccount.com.
 # https://cloud.google.com/compute/docs/access/service-accounts#default_service_account
@@ -48,6 +53,8 @@ class PolicyContext:
     allow_public_internet: bool = False
     # Values that must appear only where they are meant to be stored (the secret's version).
     secrets: Sequence[str] = field(default_factory=list)
+    # More than one server behind the load balancer (infra/fleet.py): 8080 then admits only Google.
+    fleet: bool = False
 
 
 Rule = Callable[[Resource, PolicyContext], Iterator[str]]
@@ -148,6 +155,91 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
             yield from _strings(item, f"{path}[{i}]")
 
 
+# --- the fleet (infra/fleet.py) ---------------------------------------------------------------
+
+_PUBLIC_SCHEMES = {"EXTERNAL", "EXTERNAL_MANAGED"}
+SERVING_PORT = 8080
+
+
+def backend_timeout_covers_generation(resource: Resource, _: PolicyContext) -> Iterator[str]:
+    # The load balancer ends a response that outlives timeoutSec (default 30 s) and never retries it.
+    if resource.type != BACKEND_SERVICE:
+        return
+    timeout = resource.inputs.get("timeoutSec") or 30
+    bound = fleet_bounds.GENERATION_BOUND_S
+    if timeout < bound:
+        yield f"timeoutSec {timeout:g} s cuts streams off before the {bound} s generation bound"
+    if not resource.inputs.get("connectionDrainingTimeoutSec"):
+        yield "no connectionDrainingTimeoutSec: a member leaving the group drops its open streams"
+
+
+def autoscaled_group_is_even_or_balanced(resource: Resource, _: PolicyContext) -> Iterator[str]:
+    # An autoscaler works only on a regional group shaped EVEN or BALANCED; a group without a
+    # targetSize is one an autoscaler sizes (the ServerGroup contract). The API default is EVEN.
+    # https://cloud.google.com/compute/docs/instance-groups/regional-mig-distribution-shape
+    if resource.type != REGION_GROUP or resource.inputs.get("targetSize") is not None:
+        return
+    shape = resource.inputs.get("distributionPolicyTargetShape") or "EVEN"
+    if shape not in {"EVEN", "BALANCED"}:
+        yield f"an autoscaled group needs distributionPolicyTargetShape EVEN or BALANCED, not {shape}"
+
+
+def autoscaler_waits_for_cold_start(resource: Resource, _: PolicyContext) -> Iterator[str]:
+    if resource.type != REGION_AUTOSCALER:
+        return
+    policy = resource.inputs.get("autoscalingPolicy") or {}
+    cooldown = policy.get("cooldownPeriod") or 60
+    bound = fleet_bounds.COLD_START_BOUND_S
+    if cooldown < bound:
+        yield (
+            f"cooldownPeriod {cooldown:g} s is shorter than the {bound} s cold start: "
+            "the autoscaler would add servers again while new ones still load"
+        )
+    in_control = (policy.get("scaleInControl") or {}).get("maxScaledInReplicas") or {}
+    if not (in_control.get("fixed") or in_control.get("percent")):
+        yield "no scaleInControl: the end of a burst may remove several busy servers at once"
+
+
+def public_backend_has_armor(resource: Resource, _: PolicyContext) -> Iterator[str]:
+    # A public load balancer is reachable from anywhere; the firewall only sees Google's proxies.
+    if resource.type != BACKEND_SERVICE:
+        return
+    if (resource.inputs.get("loadBalancingScheme") or "EXTERNAL") not in _PUBLIC_SCHEMES:
+        return
+    if not resource.inputs.get("securityPolicy"):
+        yield "a public backend service without a Cloud Armor securityPolicy admits every source"
+
+
+def fleet_port_only_from_google(resource: Resource, ctx: PolicyContext) -> Iterator[str]:
+    if not ctx.fleet or resource.type != FIREWALL:
+        return
+    if (resource.inputs.get("direction") or "INGRESS") != "INGRESS":
+        return
+    if not any(_opens(allow, SERVING_PORT) for allow in resource.inputs.get("allows") or []):
+        return
+    allowed = {*fleet_bounds.GOOGLE_FRONT_END_RANGES, fleet_bounds.IAP_TCP_FORWARDING_RANGE}
+    ranges = resource.inputs.get("sourceRanges") or []
+    strays = sorted(set(ranges) - allowed)
+    if strays or not ranges:
+        yield (
+            f"port {SERVING_PORT} of a fleet member is open to {strays or 'every source'}; only Google's "
+            f"load-balancer and health-check ranges (and IAP) may reach it"
+        )
+
+
+def _opens(allow: Mapping[str, Any], port: int) -> bool:
+    if allow.get("protocol") not in {"tcp", "all"}:
+        return False
+    ports = allow.get("ports") or []
+    if not ports:
+        return True
+    for spec in ports:
+        low, _, high = str(spec).partition("-")
+        if int(low) <= port <= int(high or low):
+            return True
+    return False
+
+
 RULES: tuple[Rule, ...] = (
     spot_is_preemptible_without_restart,
     gpu_terminates_on_maintenance,
@@ -156,6 +248,11 @@ RULES: tuple[Rule, ...] = (
     no_open_firewall,
     private_bucket,
     secret_stays_secret,
+    backend_timeout_covers_generation,
+    autoscaled_group_is_even_or_balanced,
+    autoscaler_waits_for_cold_start,
+    public_backend_has_armor,
+    fleet_port_only_from_google,
 )
 
 
