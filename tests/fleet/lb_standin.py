@@ -104,7 +104,7 @@ def load_balancer(member_urls: list[str]) -> Iterator[Balancer]:
                 connection.request(self.command, self.path, body=body, headers=headers)
                 response = connection.getresponse()
                 payload = response.read()
-            except OSError:
+            except (OSError, http.client.HTTPException):
                 balancer.release(member, failed_to_connect=not connected)
                 self._answer(502, b"backend_connection_closed_before_data_sent_to_client")
                 return
