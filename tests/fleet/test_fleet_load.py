@@ -98,3 +98,26 @@ def test_single_server_run_has_no_fleet_part(
 def test_group_needs_its_region_and_project(cli: Callable[..., CliRun]) -> None:
     run = cli("load", "--url", "http://127.0.0.1:9", "--requests", "1", "--group", "qwen36-dev")
     assert run.code != 0 and "--region and --project" in run.err
+
+
+def test_fleet_report_without_a_server() -> None:
+    from qwen36.bench import report
+    from qwen36.bench.fleet_size import ServerCount
+    from qwen36.bench.load import LoadResult, ServerSample
+
+    result = LoadResult(
+        url="http://203.0.113.10", clients=2, max_tokens=8, duration_limit_s=None, request_limit=2, fleet=True
+    )
+    result.servers += [
+        ServerSample(0.0, count=ServerCount(members=2, running=2, healthy=None)),
+        ServerSample(15.0, error="PermissionDenied: 403 compute.instanceGroupManagers.get"),
+        ServerSample(30.0, count=ServerCount(members=3, running=3, healthy=2)),
+    ]
+    doc = report.load_json(result)
+    validate(doc, "load.schema.json")
+    assert (doc["fleet"]["running_min"], doc["fleet"]["running_max"]) == (2, 3)
+    assert doc["fleet"]["servers"][1] == {
+        "t_s": 15.0, "members": None, "running": None, "healthy": None,
+        "error": "PermissionDenied: 403 compute.instanceGroupManagers.get",
+    }  # fmt: skip
+    assert "servers running (min / max) | 2 / 3" in report.load_markdown(result)
