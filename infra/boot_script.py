@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
-from infra import boot_protocol
+from infra import boot_protocol, fleet_bounds
 from infra.config import StackConfig, config_key
 from infra.llama_cpp import server_image
 from infra.model_cache import model_object_name
@@ -30,6 +30,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 BODY_PATH = REPO_ROOT / "startup" / "boot.sh"
 LIB_PATH = REPO_ROOT / "startup" / "lib.sh"
 FETCH_TOOL_PATH = REPO_ROOT / "qwen36" / "fetch.py"
+METRICS_PUBLISHER_PATH = REPO_ROOT / "startup" / "metrics_publisher.py"
+PUBLISHER_HEREDOC_END = "QWEN36_METRICS_PUBLISHER_EOF"
 
 # GCE caps one metadata value at 256 KB; the rendered script stays well below it.
 # https://cloud.google.com/compute/docs/metadata/setting-custom-metadata#limitations
@@ -85,6 +87,10 @@ def render_boot_script(cfg: StackConfig, *, bucket: str, api_key_secret: str | N
         "SELF_STAGE": "1" if cfg.self_stage_model else "0",
         "API_KEY_SECRET": api_key_secret or "",
         "GCP_PROJECT": project,
+        # Fleet members with an autoscaler publish their load (startup/metrics_publisher.py).
+        "LOAD_METRIC_PUBLISH": "1" if cfg.autoscaled else "0",
+        "LOAD_METRIC_TYPE": fleet_bounds.LOAD_METRIC_TYPE,
+        "LOAD_METRIC_INTERVAL_S": str(fleet_bounds.LOAD_METRIC_INTERVAL_S),
         **lib_variables(),
     }
     for phase in boot_protocol.PHASES:
@@ -96,6 +102,7 @@ def render_boot_script(cfg: StackConfig, *, bucket: str, api_key_secret: str | N
         _array("SERVER_ARGS", args),
         _array("SERVER_ARGS_DEGRADED", degraded),
         _fetch_tool_function(FETCH_TOOL_PATH.read_text(encoding="utf-8")),
+        *([_metrics_publisher_function()] if cfg.autoscaled else []),
         LIB_PATH.read_text(encoding="utf-8"),
         BODY_PATH.read_text(encoding="utf-8"),
     ]
@@ -128,3 +135,16 @@ def _fetch_tool_function(source: str) -> str:
     if not source.endswith("\n"):
         source += "\n"
     return f"qwen36_fetch_tool() {{\n  cat <<'{HEREDOC_END}'\n{source}{HEREDOC_END}\n}}\n"
+
+
+def _metrics_publisher_function() -> str:
+    # Only autoscaled fleets carry it, so a single server's script does not change with it.
+    source = METRICS_PUBLISHER_PATH.read_text(encoding="utf-8")
+    if PUBLISHER_HEREDOC_END in source.splitlines():
+        raise BootScriptError(
+            f"the metrics publisher contains the heredoc delimiter line {PUBLISHER_HEREDOC_END}"
+        )
+    if not source.endswith("\n"):
+        source += "\n"
+    end = PUBLISHER_HEREDOC_END
+    return f"qwen36_metrics_publisher() {{\n  cat <<'{end}'\n{source}{end}\n}}\n"

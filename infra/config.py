@@ -52,6 +52,10 @@ _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _TOOL_NAMES = {"all", "read_file", "file_glob_search", "grep_search", "exec_shell_command", "write_file"}
 _PUBLIC = ipaddress.ip_network("0.0.0.0/0")
+# A domain name for the Google-managed certificate: lowercase labels of letters, digits and '-',
+# at least two of them, no wildcard (managed certificates do not issue wildcards).
+# https://cloud.google.com/load-balancing/docs/ssl-certificates/google-managed-certs#domain-names
+_DOMAIN_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
 
 
 class ConfigError(ValueError):
@@ -117,6 +121,11 @@ class StackConfig(BaseModel):
     allow_public_internet: bool = False
     api_key: bool = True
     health_timeout_minutes: int = Field(default=20, ge=1, le=120)
+
+    # Fleet: more than one server behind one load-balanced endpoint (infra/fleet.py).
+    min_replicas: int = Field(default=0, ge=0, le=1000)
+    max_replicas: int = Field(default=0, ge=0, le=1000)
+    domain: str = ""
 
     @field_validator("zones")
     @classmethod
@@ -186,6 +195,16 @@ class StackConfig(BaseModel):
                 raise ValueError(f"{cidr!r}: only IPv4 ranges are supported (the VM has an IPv4 address)")
         return value
 
+    @field_validator("domain")
+    @classmethod
+    def _domain(cls, value: str) -> str:
+        if value and not _DOMAIN_RE.match(value):
+            raise ValueError(
+                "must be a lowercase DNS name such as 'llm.example.com' (no scheme, port, path or wildcard), "
+                "or empty for plain HTTP"
+            )
+        return value
+
     @model_validator(mode="after")
     def _cross_checks(self) -> StackConfig:
         for zone in self.zones:
@@ -211,7 +230,55 @@ class StackConfig(BaseModel):
             raise _FieldError("degraded_ctx_size", f"must not exceed ctxSize ({self.ctx_size})")
         if self.threads > self.vcpus:
             raise _FieldError("threads", f"{self.machine_type} has {self.vcpus} vCPUs; use 0 for all of them")
+        self._fleet_checks()
         return self
+
+    def _fleet_checks(self) -> None:
+        if self.min_replicas and not self.max_replicas:
+            raise _FieldError(
+                "min_replicas", "autoscaling needs maxReplicas too (>= 2); leave both at 0 for a fixed size"
+            )
+        if self.max_replicas:
+            if self.replicas > 1:
+                raise _FieldError(
+                    "replicas",
+                    "set either replicas (a fixed size) or minReplicas/maxReplicas (autoscaling), not both",
+                )
+            if self.max_replicas < 2:
+                raise _FieldError(
+                    "max_replicas",
+                    "must be >= 2 to autoscale (one server is the single-server mode: "
+                    "leave maxReplicas at 0)",
+                )
+            # The autoscaler reads a per-instance custom metric on gce_instance, and with such a
+            # metric a group cannot scale in to zero.
+            # https://cloud.google.com/compute/docs/autoscaler/scaling-cloud-monitoring-metrics
+            if self.min_replicas < 1:
+                raise _FieldError(
+                    "min_replicas",
+                    "must be >= 1: an autoscaler on a per-instance metric cannot scale the group "
+                    "below one server",
+                )
+            if self.min_replicas > self.max_replicas:
+                raise _FieldError("min_replicas", f"must not exceed maxReplicas ({self.max_replicas})")
+        if not self.fleet:
+            if self.domain:
+                raise _FieldError(
+                    "domain",
+                    "a certificate lives on the fleet's load balancer; set replicas >= 2 or "
+                    "maxReplicas >= 2, or leave domain empty for the single server",
+                )
+            return
+        # The load balancer's address is public: Cloud Armor must know whom to admit. There is no
+        # IAP-only fleet (IAP on a load balancer wants browser sign-in or OIDC tokens, which OpenAI
+        # clients do not send), so an empty list is refused rather than deployed as an endpoint
+        # that answers everyone with 403.
+        if not self.source_ranges:
+            raise _FieldError(
+                "source_ranges",
+                "a fleet is reached through a public load balancer, and Cloud Armor admits only these "
+                "ranges; list your clients' CIDR ranges (0.0.0.0/0 also needs allowPublicInternet: true)",
+            )
 
     @property
     def vcpus(self) -> int:
@@ -234,6 +301,24 @@ class StackConfig(BaseModel):
     def builder_zone(self) -> str:
         """The zone for single-VM jobs (the tooling image builder): the first of ``zones``."""
         return self.zones[0]
+
+    @property
+    def autoscaled(self) -> bool:
+        """Whether an autoscaler owns the group's size (minReplicas..maxReplicas)."""
+        return self.max_replicas > 0
+
+    @property
+    def fleet(self) -> bool:
+        """Whether more than one server may run, behind the load balancer of infra/fleet.py."""
+        return self.replicas > 1 or self.max_replicas > 1
+
+    @property
+    def max_servers(self) -> int:
+        return self.max_replicas if self.autoscaled else self.replicas
+
+    @property
+    def initial_servers(self) -> int:
+        return self.min_replicas if self.autoscaled else self.replicas
 
     @property
     def public_endpoint(self) -> bool:

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra import fleet_bounds
+
 INSTANCE = "gcp:compute/instance:Instance"
 TEMPLATE = "gcp:compute/regionInstanceTemplate:RegionInstanceTemplate"
 GROUP = "gcp:compute/regionInstanceGroupManager:RegionInstanceGroupManager"
@@ -24,6 +26,9 @@ BUCKET = "gcp:storage/bucket:Bucket"
 SECRET_VERSION = "gcp:secretmanager/secretVersion:SecretVersion"  # noqa: S105 (a type token)
 LOCAL_COMMAND = "command:local:Command"
 RANDOM_PASSWORD = "random:index/randomPassword:RandomPassword"  # noqa: S105 (a type token)
+BACKEND_SERVICE = "gcp:compute/backendService:BackendService"
+REGION_AUTOSCALER = "gcp:compute/regionAutoscaler:RegionAutoscaler"
+REGION_GROUP = "gcp:compute/regionInstanceGroupManager:RegionInstanceGroupManager"
 
 # The default compute service account is <project-number>-compute@developer.gserviceaccount.com.
 # https://cloud.google.com/compute/docs/access/service-accounts#default_service_account
@@ -64,6 +69,8 @@ class PolicyContext:
     secrets: Sequence[str] = field(default_factory=list)
     # The reserved addresses, IP -> region (resolved outputs: an Address's inputs do not carry its IP).
     addresses: Mapping[str, str] = field(default_factory=dict)
+    # More than one server behind the load balancer (infra/fleet.py): 8080 then admits only Google.
+    fleet: bool = False
 
 
 Rule = Callable[[Resource, PolicyContext], Iterator[str]]
@@ -272,6 +279,80 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
             yield from _strings(item, f"{path}[{i}]")
 
 
+# --- the fleet (infra/fleet.py) ---------------------------------------------------------------
+
+_PUBLIC_SCHEMES = {"EXTERNAL", "EXTERNAL_MANAGED"}
+SERVING_PORT = 8080
+
+
+def backend_timeout_covers_generation(resource: Resource, _: PolicyContext) -> Iterator[str]:
+    # The load balancer ends a response that outlives timeoutSec (default 30 s) and never retries it.
+    if resource.type != BACKEND_SERVICE:
+        return
+    timeout = resource.inputs.get("timeoutSec") or 30
+    bound = fleet_bounds.GENERATION_BOUND_S
+    if timeout < bound:
+        yield f"timeoutSec {timeout:g} s cuts streams off before the {bound} s generation bound"
+    if not resource.inputs.get("connectionDrainingTimeoutSec"):
+        yield "no connectionDrainingTimeoutSec: a member leaving the group drops its open streams"
+
+
+def autoscaler_waits_for_cold_start(resource: Resource, _: PolicyContext) -> Iterator[str]:
+    if resource.type != REGION_AUTOSCALER:
+        return
+    policy = resource.inputs.get("autoscalingPolicy") or {}
+    cooldown = policy.get("cooldownPeriod") or 60
+    bound = fleet_bounds.COLD_START_BOUND_S
+    if cooldown < bound:
+        yield (
+            f"cooldownPeriod {cooldown:g} s is shorter than the {bound} s cold start: "
+            "the autoscaler would add servers again while new ones still load"
+        )
+    in_control = (policy.get("scaleInControl") or {}).get("maxScaledInReplicas") or {}
+    if not (in_control.get("fixed") or in_control.get("percent")):
+        yield "no scaleInControl: the end of a burst may remove several busy servers at once"
+
+
+def public_backend_has_armor(resource: Resource, _: PolicyContext) -> Iterator[str]:
+    # A public load balancer is reachable from anywhere; the firewall only sees Google's proxies.
+    if resource.type != BACKEND_SERVICE:
+        return
+    if (resource.inputs.get("loadBalancingScheme") or "EXTERNAL") not in _PUBLIC_SCHEMES:
+        return
+    if not resource.inputs.get("securityPolicy"):
+        yield "a public backend service without a Cloud Armor securityPolicy admits every source"
+
+
+def fleet_port_only_from_google(resource: Resource, ctx: PolicyContext) -> Iterator[str]:
+    if not ctx.fleet or resource.type != FIREWALL:
+        return
+    if (resource.inputs.get("direction") or "INGRESS") != "INGRESS":
+        return
+    if not any(_opens(allow, SERVING_PORT) for allow in resource.inputs.get("allows") or []):
+        return
+    allowed = {*fleet_bounds.GOOGLE_FRONT_END_RANGES, fleet_bounds.IAP_TCP_FORWARDING_RANGE}
+    ranges = resource.inputs.get("sourceRanges") or []
+    strays = sorted(set(ranges) - allowed)
+    if strays or not ranges:
+        yield (
+            f"port {SERVING_PORT} of a fleet member is open to {strays or 'every source'}; only Google's "
+            f"load-balancer and health-check ranges (and IAP) may reach it"
+        )
+
+
+def _opens(allow: Mapping[str, Any], port: int) -> bool:
+    if allow.get("protocol") not in {"tcp", "all"}:
+        return False
+    ports = allow.get("ports") or []
+    if not ports:
+        return True
+    for spec in ports:
+        low, _, high = str(spec).partition("-")
+        if int(low) <= port <= int(high or low):
+            return True
+    return False
+
+
 RULES: tuple[Rule, ...] = (
     spot_is_preemptible_without_restart,
     gpu_terminates_on_maintenance,
@@ -282,6 +363,10 @@ RULES: tuple[Rule, ...] = (
     secret_stays_secret,
     uneven_shape_needs_no_redistribution,
     autohealing_delay_in_range,
+    backend_timeout_covers_generation,
+    autoscaler_waits_for_cold_start,
+    public_backend_has_armor,
+    fleet_port_only_from_google,
 )
 PROGRAM_RULES: tuple[ProgramRule, ...] = (
     autoscaler_needs_even_or_balanced,

@@ -45,3 +45,50 @@ def estimate_hourly_cost(cfg: StackConfig) -> CostEstimate:
     basis.append("VM only, excludes disk, static IP and egress")
     label = f"~${usd:.2f}/h ({'; '.join(basis)}). Source: {PRICE_SOURCE}, as of {PRICE_DATE}"
     return CostEstimate(usd_per_hour=usd, label=label)
+
+
+# --- the fleet's load balancer and edge policy ---------------------------------------------
+# List prices (USD) as published on the pricing pages, not re-checked live on PRICE_DATE: the
+# first five global forwarding rules cost a flat hourly rate, the load balancer also bills
+# ~$0.008 per GB processed (text streams: cents a day), Cloud Armor Standard bills per policy,
+# per rule and per million requests. The managed certificate costs nothing.
+# https://cloud.google.com/vpc/network-pricing#lb
+# https://cloud.google.com/armor/pricing
+LB_FORWARDING_RULE_USD_PER_HOUR = 0.025
+ARMOR_POLICY_USD_PER_MONTH = 5.0
+ARMOR_RULE_USD_PER_MONTH = 1.0
+ARMOR_USD_PER_MILLION_REQUESTS = 0.75
+LB_USD_PER_GB_PROCESSED = 0.008
+HOURS_PER_MONTH = 730
+LB_PRICE_SOURCE = "cloud.google.com/vpc/network-pricing#lb and cloud.google.com/armor/pricing list prices"
+
+
+@dataclass(frozen=True)
+class FleetCost:
+    now_usd_per_hour: float
+    max_usd_per_hour: float
+    edge_usd_per_hour: float
+    label: str
+
+
+def edge_usd_per_hour(armor_rules: int) -> float:
+    """The load balancer's forwarding rule plus the Cloud Armor policy and its rules, per hour."""
+    armor_month = ARMOR_POLICY_USD_PER_MONTH + ARMOR_RULE_USD_PER_MONTH * armor_rules
+    return LB_FORWARDING_RULE_USD_PER_HOUR + armor_month / HOURS_PER_MONTH
+
+
+def estimate_fleet_cost(cfg: StackConfig, *, servers_now: int, armor_rules: int) -> FleetCost:
+    """N servers (spot or standard) plus the edge, at the current size and at the largest one."""
+    server = estimate_hourly_cost(cfg)
+    edge = edge_usd_per_hour(armor_rules)
+    now = round(servers_now * server.usd_per_hour + edge, 2)
+    most = round(cfg.max_servers * server.usd_per_hour + edge, 2)
+    label = (
+        f"estimate only: {servers_now} server(s) now, up to {cfg.max_servers}, "
+        f"at ~${server.usd_per_hour:.2f}/h each, plus ~${edge:.3f}/h for the load balancer's "
+        f"forwarding rule and Cloud Armor "
+        f"({armor_rules} rules); excludes ${LB_USD_PER_GB_PROCESSED}/GB processed, "
+        f"${ARMOR_USD_PER_MILLION_REQUESTS} per million requests, disks and egress. "
+        f"Server: {server.label}. Edge: {LB_PRICE_SOURCE}, as of {PRICE_DATE}"
+    )
+    return FleetCost(now, most, round(edge, 4), label)

@@ -43,6 +43,8 @@ HEALTH_PROBE_TIMEOUT_S=5
 # https://docs.docker.com/reference/api/engine/version/v1.57/schemas/RestartPolicy/
 CRASH_RESTARTS=3
 SELF_STAGE_TIMEOUT_S=3600
+SYSTEMCTL_TIMEOUT_S=30
+PUBLISHER_RESTART_S=10
 LOG_TAIL_LINES=20
 
 CONTAINER_NAME=llama-server
@@ -475,6 +477,31 @@ self_stage() {
   fi
 }
 
+start_metrics_publisher() {
+  # An autoscaled fleet sizes itself on each member's requests in flight (infra/fleet.py): a
+  # transient systemd unit that systemd restarts on failure, never a background job of this
+  # oneshot script. A unit left from an earlier run of this script is replaced.
+  ((LOAD_METRIC_PUBLISH == 1)) || return 0
+  local tool="$BIN_DIR/metrics_publisher.py" unit=qwen36-metrics-publisher
+  local -a key_args=()
+  qwen36_metrics_publisher >"$tool.tmp"
+  mv -f "$tool.tmp" "$tool"
+  if timeout "$SYSTEMCTL_TIMEOUT_S" systemctl is-active --quiet "$unit"; then
+    timeout "$SYSTEMCTL_TIMEOUT_S" systemctl stop "$unit" || log "warning: could not stop $unit"
+  fi
+  timeout "$SYSTEMCTL_TIMEOUT_S" systemctl reset-failed "$unit" >/dev/null 2>&1 || true
+  [[ -z $API_KEY_SECRET ]] || key_args=(--key-file "$KEY_FILE")
+  if timeout "$SYSTEMCTL_TIMEOUT_S" systemd-run --unit="$unit" --description="qwen36 load metric publisher" \
+    -p Restart=on-failure -p RestartSec="$PUBLISHER_RESTART_S" \
+    python3 "$tool" --metrics-url "http://127.0.0.1:$SERVER_PORT/metrics" "${key_args[@]}" \
+    --metric-type "$LOAD_METRIC_TYPE" --interval "$LOAD_METRIC_INTERVAL_S"; then
+    log "started $unit ($LOAD_METRIC_TYPE every $LOAD_METRIC_INTERVAL_S s)"
+  else
+    # The server serves without it; the autoscaler then sees no load from this member.
+    log "warning: could not start $unit; this server's load is not published"
+  fi
+}
+
 install_fetch_tool() {
   install -d -m 0755 "$BIN_DIR"
   qwen36_fetch_tool >"$FETCH_TOOL.tmp"
@@ -499,6 +526,7 @@ main() {
   step_api_key
   step_server
   step_ready
+  start_metrics_publisher
   self_stage
 }
 

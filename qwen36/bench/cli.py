@@ -27,6 +27,7 @@ from qwen36.bench.defaults import (
     DEFAULT_PARALLEL,
     DEFAULT_REPS,
     DEFAULT_REQUEST_TIMEOUT_S,
+    DEFAULT_SERVERS_POLL_S,
     DEFAULT_TUNE_REPS,
 )
 from qwen36.bench.endpoint import API_KEY_ENV, URL_ENV
@@ -171,6 +172,20 @@ def register(subparsers: Any) -> None:
     load.add_argument(
         "--max-tokens", type=_positive(int), default=DEFAULT_LOAD_MAX_TOKENS, help="new tokens per request"
     )
+    fleet = load.add_argument_group(
+        "fleet", "the URL is a fleet's load balancer (fleetApiBaseUrl): a failed member is counted, not fatal"
+    )
+    fleet.add_argument("--fleet", action="store_true", help="keep sending when one member fails")
+    fleet.add_argument(
+        "--group", help="also record the servers over time: the group's name (implies --fleet; fleetMembers)"
+    )
+    fleet.add_argument("--region", help="the group's region")
+    fleet.add_argument("--project", help="the group's Google Cloud project")
+    fleet.add_argument(
+        "--servers-poll", type=_positive(float), default=DEFAULT_SERVERS_POLL_S, help="seconds between counts"
+    )
+    fleet.add_argument("--compute-endpoint", help=argparse.SUPPRESS)  # a local Compute API stand-in
+    fleet.add_argument("--anonymous", action="store_true", help=argparse.SUPPRESS)
     _add_output(load)
     load.set_defaults(func=cmd_load)
 
@@ -252,16 +267,38 @@ def cmd_load(args: argparse.Namespace) -> int:
 
     if args.requests is None and args.duration is None:
         return _fail("bound the run with --requests N, --duration SECONDS, or both")
+    if args.group and not (args.region and args.project):
+        return _fail("--group needs --region and --project (the group is regional)")
     try:
         endpoint = resolve(args.url, args.api_key, stack=args.stack)
     except EndpointConfigError as exc:
         return _fail(str(exc))
+    servers = None
+    if args.group:
+        from qwen36.bench.fleet_size import GroupSize
+
+        credentials = None
+        if args.anonymous:
+            from google.auth.credentials import AnonymousCredentials
+
+            credentials = AnonymousCredentials()
+        try:
+            servers = GroupSize(
+                args.project,
+                args.region,
+                args.group,
+                api_endpoint=args.compute_endpoint,
+                credentials=credentials,
+            )
+        except Exception as exc:  # e.g. no application-default credentials on this machine
+            return _fail(f"cannot read the group through the Compute API ({exc}); run without --group")
     # A duration-bound run has no known total: the bar then just pulses.
     with _progress(args.requests, enabled=True) as advance:
         result = run_load(
             endpoint.url, endpoint.api_key, clients=args.clients, requests=args.requests,
             duration_s=args.duration, max_tokens=args.max_tokens, timeout_s=args.timeout,
             on_done=lambda o: advance("ok" if o.ok else o.error.kind if o.error else "?"),
+            fleet=args.fleet, servers=servers, servers_poll_s=args.servers_poll,
         )  # fmt: skip
     if "-" not in (args.json, args.markdown) and result.startup_error is None:
         _stdout().print(report.load_table(result))

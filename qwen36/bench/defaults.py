@@ -19,3 +19,5 @@ DEFAULT_CTX_MIN = 8192
 DEFAULT_CTX_MAX = 65536
 DEFAULT_CTX_RESOLUTION = 1024
 DEFAULT_TUNE_REPS = 1
+# How often `load --group` counts the fleet's servers through the Compute API.
+DEFAULT_SERVERS_POLL_S = 15.0

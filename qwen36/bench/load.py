@@ -6,6 +6,13 @@ flight at the deadline are waited for (each is itself bounded by the request tim
 count of outcomes always equals the count of requests sent. After an error that every further
 request would repeat (the server died or is gone, the key is refused) no new request is sent:
 the run stops early and says why, rather than piling up thousands of identical failures.
+
+Against a fleet (``fleet=True``: the URL is the load balancer) one member's death is not the end
+of the run: the balancer sends later requests to the others, so only a refused key stops it. The
+balancer answers a request that its member dropped with 502 (or 504 when the member went silent)
+and does not retry it; those count as ``member_failed``. With a ``servers`` counter (the Compute
+API's view of the group, :mod:`qwen36.bench.fleet_size`) the run also records how many servers
+there were over time.
 """
 
 from __future__ import annotations
@@ -34,10 +41,31 @@ from qwen36.bench.client import (
     status_error,
     transport_error,
 )
-from qwen36.bench.defaults import DEFAULT_CLIENTS, DEFAULT_LOAD_MAX_TOKENS, DEFAULT_REQUEST_TIMEOUT_S
+from qwen36.bench.defaults import (
+    DEFAULT_CLIENTS,
+    DEFAULT_LOAD_MAX_TOKENS,
+    DEFAULT_REQUEST_TIMEOUT_S,
+    DEFAULT_SERVERS_POLL_S,
+)
+from qwen36.bench.fleet_size import ServerCount
 from qwen36.bench.workloads import all_prompts
 
 STOP_KINDS = frozenset({SERVER_DIED, UNREACHABLE, UNAUTHORIZED})
+FLEET_STOP_KINDS = frozenset({UNAUTHORIZED})
+MEMBER_FAILED = "member_failed"
+# What a Google load balancer answers when the member it chose fails before answering (502) or
+# stops answering (504); it does not retry the request.
+# https://cloud.google.com/load-balancing/docs/https/troubleshooting-ext-https#http_502_errors
+MEMBER_FAILURE_STATUSES = frozenset({502, 504})
+
+
+@dataclass(frozen=True)
+class ServerSample:
+    """The fleet's size ``t_s`` seconds into the run, or why it could not be read."""
+
+    t_s: float
+    count: ServerCount | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +92,8 @@ class LoadResult:
     sent: int = 0
     startup_error: EndpointError | None = None
     stopped_early: str | None = None
+    fleet: bool = False
+    servers: list[ServerSample] = field(default_factory=list)
 
     @property
     def successes(self) -> list[Outcome]:
@@ -93,6 +123,10 @@ class LoadResult:
 
     def latencies(self) -> list[float]:
         return sorted(o.latency_s for o in self.successes)
+
+    @property
+    def stop_kinds(self) -> frozenset[str]:
+        return FLEET_STOP_KINDS if self.fleet else STOP_KINDS
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -140,6 +174,8 @@ class _Run:
             response = await http.post("/v1/chat/completions", json=chat_body(prompt, self.result.max_tokens))
             self.seen_alive = True
             if response.status_code != 200:
+                if self.result.fleet and response.status_code in MEMBER_FAILURE_STATUSES:
+                    raise member_failed(response.status_code)
                 raise status_error(response, has_key="Authorization" in http.headers)
             completion = parse_completion(response.json(), time.perf_counter() - start)
             return Outcome(index, completion.wall_s, completion=completion)
@@ -158,9 +194,36 @@ class _Run:
         while (job := self.take()) is not None:
             outcome = await self.one(http, *job, timeout_s)
             self.result.outcomes.append(outcome)
-            if outcome.error is not None and outcome.error.kind in STOP_KINDS:
+            if outcome.error is not None and outcome.error.kind in self.result.stop_kinds:
                 self.result.stopped_early = self.result.stopped_early or outcome.error.kind
             on_done(outcome)
+
+
+def member_failed(status: int) -> EndpointError:
+    return EndpointError(
+        MEMBER_FAILED,
+        f"the load balancer answered HTTP {status}: the member serving the request failed or was "
+        "preempted mid-request, and the balancer does not retry; a client should retry it",
+    )
+
+
+async def _watch_servers(
+    result: LoadResult, servers: Callable[[], ServerCount], poll_s: float, start: float, done: asyncio.Event
+) -> None:
+    """One sample now and every ``poll_s`` until the clients finish, then a last one."""
+    while True:
+        t_s = time.perf_counter() - start
+        try:
+            count = await asyncio.to_thread(servers)
+            result.servers.append(ServerSample(round(t_s, 3), count=count))
+        except Exception as exc:
+            result.servers.append(ServerSample(round(t_s, 3), error=f"{type(exc).__name__}: {exc}"[:300]))
+        if done.is_set():
+            return
+        try:
+            await asyncio.wait_for(done.wait(), timeout=poll_s)
+        except TimeoutError:
+            continue
 
 
 async def _run_load(
@@ -169,6 +232,8 @@ async def _run_load(
     timeout_s: float,
     prompts: list[str],
     on_done: Callable[[Outcome], None],
+    servers: Callable[[], ServerCount] | None = None,
+    servers_poll_s: float = DEFAULT_SERVERS_POLL_S,
 ) -> None:
     limits = httpx.Limits(max_connections=result.clients, max_keepalive_connections=result.clients)
     async with httpx.AsyncClient(
@@ -189,8 +254,17 @@ async def _run_load(
         run = _Run(result, itertools.cycle(prompts), deadline)
         run.seen_alive = True
         start = time.perf_counter()
+        done = asyncio.Event()
+        watcher = (
+            asyncio.create_task(_watch_servers(result, servers, servers_poll_s, start, done))
+            if servers is not None
+            else None
+        )
         await asyncio.gather(*(run.client_loop(http, timeout_s, on_done) for _ in range(result.clients)))
         result.wall_s = time.perf_counter() - start
+        done.set()
+        if watcher is not None:
+            await watcher
 
 
 def run_load(
@@ -203,6 +277,9 @@ def run_load(
     max_tokens: int = DEFAULT_LOAD_MAX_TOKENS,
     timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
     on_done: Callable[[Outcome], None] | None = None,
+    fleet: bool = False,
+    servers: Callable[[], ServerCount] | None = None,
+    servers_poll_s: float = DEFAULT_SERVERS_POLL_S,
 ) -> LoadResult:
     if requests is None and duration_s is None:
         raise ValueError("bound the run: give a request count, a duration, or both")
@@ -214,6 +291,30 @@ def run_load(
         max_tokens=max_tokens,
         duration_limit_s=duration_s,
         request_limit=requests,
+        fleet=fleet or servers is not None,
     )
-    asyncio.run(_run_load(result, api_key, timeout_s, all_prompts(), on_done or (lambda _o: None)))
+    done = on_done or (lambda _o: None)
+    asyncio.run(_run_load(result, api_key, timeout_s, all_prompts(), done, servers, servers_poll_s))
     return result
+
+
+def fleet_json(result: LoadResult) -> dict[str, object] | None:
+    """The fleet part of ``load --json``: None for a single server."""
+    if not result.fleet:
+        return None
+    counts = [s.count for s in result.servers if s.count is not None]
+    running = [c.running for c in counts]
+    return {
+        "servers": [
+            {
+                "t_s": s.t_s,
+                "members": s.count.members if s.count else None,
+                "running": s.count.running if s.count else None,
+                "healthy": s.count.healthy if s.count else None,
+                "error": s.error,
+            }
+            for s in result.servers
+        ],
+        "running_min": min(running) if running else None,
+        "running_max": max(running) if running else None,
+    }

@@ -16,7 +16,7 @@ from rich.table import Table
 from infra.config import config_key
 from qwen36.bench.bench import BenchResult
 from qwen36.bench.client import EndpointError
-from qwen36.bench.load import LoadResult, percentile, summary
+from qwen36.bench.load import LoadResult, fleet_json, percentile, summary
 from qwen36.bench.tune import TuneResult
 
 SCHEMA_DIR = Path(__file__).parent
@@ -191,11 +191,14 @@ def load_json(result: LoadResult) -> dict[str, Any]:
         "per_request_decode_tps": {k: _r(v) for k, v in per_request.items()},
         "latency_s": {
             "p50": _r(percentile(latencies, 50), 3),
+            "p90": _r(percentile(latencies, 90), 3),
             "p95": _r(percentile(latencies, 95), 3),
+            "p99": _r(percentile(latencies, 99), 3),
             "max": _r(max(latencies), 3) if latencies else None,
         },
         "startup_error": _error(result.startup_error),
         "stopped_early": result.stopped_early,
+        "fleet": fleet_json(result),
     }
 
 
@@ -218,6 +221,9 @@ def load_table(result: LoadResult) -> Table:
         ("run wall time s", _fmt(data["wall_s"], 2)),
         ("stopped early", data["stopped_early"] or "no"),
     ]  # fmt: skip
+    if (fleet := data["fleet"]) is not None:
+        low, high = _fmt(fleet["running_min"], 0), _fmt(fleet["running_max"], 0)
+        rows.append(("servers running (min / max)", f"{low} / {high}"))
     for name, value in rows:
         table.add_row(name, value)
     return table

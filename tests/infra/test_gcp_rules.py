@@ -230,7 +230,8 @@ def test_each_rule_fails_on_a_bad_fixture(good: Deployment, fixture: str) -> Non
 
 def test_every_rule_has_a_bad_fixture() -> None:
     names = {rule.__name__ for rule in (*policy.RULES, *policy.PROGRAM_RULES)}
-    assert names == {rule for rule, *_ in BAD_FIXTURES.values()}
+    fixtures = {**BAD_FIXTURES, **FLEET_BAD_FIXTURES}
+    assert names == {rule for rule, *_ in fixtures.values()}
 
 
 def test_a_bare_spot_vm_is_still_checked(good: Deployment) -> None:
@@ -245,3 +246,110 @@ def test_public_internet_needs_the_opt_in(good: Deployment) -> None:
     known = addresses(bad)
     assert policy.check(bad, PolicyContext(allow_public_internet=True, addresses=known)) == []
     assert [v.rule for v in policy.check(bad, PolicyContext(addresses=known))] == ["no_open_firewall"]
+
+
+# --- the fleet's rules (infra/fleet.py), over a fleet program with a stand-in server group ----
+
+FLEET_BAD_FIXTURES: dict[str, tuple[str, str, str | None, Callable[[dict[str, Any]], None]]] = {
+    "backend-default-timeout": (
+        "backend_timeout_covers_generation",
+        policy.BACKEND_SERVICE,
+        None,
+        _set("timeoutSec", _DELETE),
+    ),
+    "backend-ten-minutes": (
+        "backend_timeout_covers_generation",
+        policy.BACKEND_SERVICE,
+        None,
+        _set("timeoutSec", 600),
+    ),
+    "backend-no-draining": (
+        "backend_timeout_covers_generation",
+        policy.BACKEND_SERVICE,
+        None,
+        _set("connectionDrainingTimeoutSec", _DELETE),
+    ),
+    "autoscaled-group-any": (
+        "autoscaler_needs_even_or_balanced",
+        policy.REGION_GROUP,
+        None,
+        _set("distributionPolicyTargetShape", "ANY"),
+    ),
+    "autoscaled-group-one-zone": (
+        "autoscaler_needs_even_or_balanced",
+        policy.REGION_GROUP,
+        None,
+        _set("distributionPolicyTargetShape", "ANY_SINGLE_ZONE"),
+    ),
+    "cooldown-default": (
+        "autoscaler_waits_for_cold_start",
+        policy.REGION_AUTOSCALER,
+        None,
+        _set("autoscalingPolicy.cooldownPeriod", _DELETE),
+    ),
+    "cooldown-two-minutes": (
+        "autoscaler_waits_for_cold_start",
+        policy.REGION_AUTOSCALER,
+        None,
+        _set("autoscalingPolicy.cooldownPeriod", 120),
+    ),
+    "no-scale-in-control": (
+        "autoscaler_waits_for_cold_start",
+        policy.REGION_AUTOSCALER,
+        None,
+        _set("autoscalingPolicy.scaleInControl", _DELETE),
+    ),
+    "lb-without-armor": (
+        "public_backend_has_armor",
+        policy.BACKEND_SERVICE,
+        None,
+        _set("securityPolicy", _DELETE),
+    ),
+    "member-port-from-clients": (
+        "fleet_port_only_from_google",
+        policy.FIREWALL,
+        "network-health-checks",
+        _set("sourceRanges", ["35.191.0.0/16", "130.211.0.0/22", "198.51.100.0/24"]),
+    ),
+    "member-port-in-a-range": (
+        "fleet_port_only_from_google",
+        policy.FIREWALL,
+        "network-health-checks",
+        lambda i: i.update(
+            allows=[{"protocol": "tcp", "ports": ["8000-9000"]}], sourceRanges=["198.51.100.0/24"]
+        ),
+    ),
+}
+FLEET_CONTEXT = PolicyContext(secrets=[MOCK_API_KEY], fleet=True)
+
+
+@pytest.fixture(scope="module")
+def fleet_good() -> Deployment:
+    from tests.fleet.fleet_program import deploy_fleet
+
+    return deploy_fleet({"minReplicas": 1, "maxReplicas": 4, "sourceRanges": ["198.51.100.0/24"]})
+
+
+@pytest.mark.parametrize("overrides", [{"replicas": 3}, {"replicas": 2, "domain": "llm.example.com"}])
+def test_fleet_programs_pass_every_rule(fleet_good: Deployment, overrides: dict[str, Any]) -> None:
+    from tests.fleet.fleet_program import deploy_fleet
+
+    assert policy.check(fleet_good.resources, FLEET_CONTEXT) == []
+    other = deploy_fleet({"sourceRanges": ["198.51.100.0/24"], **overrides})
+    assert policy.check(other.resources, FLEET_CONTEXT) == []
+
+
+@pytest.mark.parametrize("fixture", FLEET_BAD_FIXTURES)
+def test_each_fleet_rule_fails_on_a_bad_fixture(fleet_good: Deployment, fixture: str) -> None:
+    rule, token, name, change = FLEET_BAD_FIXTURES[fixture]
+    bad = _edit(fleet_good, token, change, name)
+    violations = policy.check(bad, FLEET_CONTEXT)
+    assert violations, fixture
+    assert {v.rule for v in violations} == {rule}, [str(v) for v in violations]
+
+
+def test_single_server_firewall_is_not_a_fleets(good: Deployment) -> None:
+    # The single server opens 8080 to sourceRanges; in a fleet that rule must not exist (the load
+    # balancer and Cloud Armor take its place), and the check says so.
+    assert policy.check(good.resources, PolicyContext(secrets=[MOCK_API_KEY], addresses=addresses(good.resources))) == []
+    assert {v.rule for v in policy.check(good.resources, FLEET_CONTEXT)} == {"fleet_port_only_from_google"}
