@@ -5,6 +5,7 @@ import pulumi
 from infra.api_key import ApiKey, ApiKeyArgs
 from infra.apis import Apis, ApisArgs
 from infra.config import deployment_name, load_config, load_gcp_project
+from infra.fleet import Fleet, FleetArgs, export_fleet
 from infra.health_gate import HealthGate, HealthGateArgs
 from infra.identity import Identity, IdentityArgs
 from infra.model_cache import ModelCache, ModelCacheArgs
@@ -25,7 +26,12 @@ apis = Apis("apis", ApisArgs(project=project))
 network = NetworkAccess(
     "network",
     NetworkAccessArgs(
-        project=project, network_tag=network_tag, source_ranges=cfg.source_ranges, depends_on=[apis]
+        project=project,
+        network_tag=network_tag,
+        # A fleet's clients reach the load balancer, where Cloud Armor enforces sourceRanges; its
+        # members' 8080 admits only Google's ranges.
+        source_ranges=[] if cfg.fleet else cfg.source_ranges,
+        depends_on=[apis],
     ),
 )
 cache = ModelCache(
@@ -76,11 +82,33 @@ server = ServerGroup(
         bucket=cache.bucket_name,
         api_key_secret=api_key.secret_id if api_key else None,
         network_tag=network_tag,
-        target_size=cfg.replicas,
+        # An autoscaler owns the size of an autoscaled group, and Pulumi must not set it back.
+        target_size=None if cfg.autoscaled else cfg.replicas,
+        ignore_changes=["targetSize"] if cfg.autoscaled else [],
         labels=labels,
         # The boot reads the bucket, the secret and through the firewall from its first second.
         depends_on=[apis, network, identity, cache] + ([api_key] if api_key else []),
     ),
+)
+
+# More than one server: one endpoint through Google's load balancer, sized by their load when autoscaled.
+fleet = (
+    Fleet(
+        "fleet",
+        FleetArgs(
+            cfg=cfg,
+            project=project,
+            region=cfg.region,
+            instance_group=server.instance_group,
+            group=server.group.self_link,
+            health_check=server.health_check.self_link,
+            deployment=name,
+            labels=labels,
+            depends_on=[apis],
+        ),
+    )
+    if cfg.fleet
+    else None
 )
 
 # `pulumi up` ends only when a member of the group answers: over HTTP when a source range is open,
@@ -94,7 +122,7 @@ gate = HealthGate(
         template_id=server.template_id,
         startup_script_sha256=server.startup_script_sha256,
         url=server.static_ip.apply(lambda ip: f"http://{ip}:{PORT}" if ip else None)
-        if cfg.public_endpoint and cfg.replicas == 1
+        if cfg.public_endpoint and not cfg.fleet
         else None,
         api_key=api_key.api_key if api_key else None,
         timeout_minutes=cfg.health_timeout_minutes,
@@ -111,6 +139,15 @@ export_all(
     model_uri=cache.model_uri,
     api_key=api_key.api_key if api_key else None,
 )
+if fleet is not None:
+    export_fleet(
+        cfg,
+        fleet,
+        project=project,
+        region=cfg.region,
+        group_name=server.group_name,
+        servers_now=server.group.target_size,
+    )
 pulumi.export("startupScriptSha256", server.startup_script_sha256)
 pulumi.export("modelCachePath", cache.probe.path)
 pulumi.export("modelCacheNote", cache.probe.summary())

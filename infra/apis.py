@@ -20,6 +20,10 @@ REQUIRED_SERVICES = (
     "iap.googleapis.com",
     "iam.googleapis.com",
     "cloudresourcemanager.googleapis.com",
+    # An autoscaled fleet's members publish their load as a custom metric the autoscaler reads, and
+    # the idle watcher records each stop in Cloud Logging (the deleted VM takes its journal along).
+    "monitoring.googleapis.com",
+    "logging.googleapis.com",
 )
 
 

@@ -16,7 +16,7 @@ from infra.fleet_bounds import (
 )
 from infra.network import IAP_SOURCE_RANGE
 from tests.fleet.fleet_program import deploy_fleet
-from tests.infra.program_mocks import MOCK_IP
+from tests.infra.program_mocks import MOCK_GLOBAL_IP
 
 RANGES = ["198.51.100.0/24"]
 FIXED = {"replicas": 3, "sourceRanges": RANGES}
@@ -56,14 +56,14 @@ def test_fleet_declares_the_load_balancer_chain(variant: str, request: pytest.Fi
     d = request.getfixturevalue(variant)
     address, rule, proxy = d.one(ADDRESS), d.one(RULE), d.one(HTTP_PROXY)
     urls, backend, armor, health = d.one(URL_MAP), d.one(BACKEND), d.one(ARMOR), d.one(HEALTH)
-    assert rule.inputs["ipAddress"] == MOCK_IP
+    assert rule.inputs["ipAddress"] == MOCK_GLOBAL_IP
     assert rule.inputs["portRange"] == "80"
     assert rule.inputs["loadBalancingScheme"] == backend.inputs["loadBalancingScheme"] == "EXTERNAL_MANAGED"
     assert rule.inputs["target"].endswith(f"/{proxy.inputs['name']}")
     assert proxy.inputs["urlMap"].endswith(f"/{urls.inputs['name']}")
     assert urls.inputs["defaultService"].endswith(f"/{backend.inputs['name']}")
     assert backend.inputs["portName"] == "http"
-    assert backend.inputs["healthChecks"].endswith("/group-health")
+    assert backend.inputs["healthChecks"].endswith(f"/{health.inputs['name']}")
     assert backend.inputs["backends"][0]["group"].endswith("/instanceGroups/qwen36-dev")
     assert backend.inputs["securityPolicy"].endswith(f"/{armor.inputs['name']}")
     assert backend.inputs["timeoutSec"] >= GENERATION_BOUND_S
@@ -93,7 +93,7 @@ def test_fixed_fleet_has_no_autoscaler_and_warns_about_clear_text(fixed: Any) ->
     assert fixed.of_type(AUTOSCALER) == []
     assert fixed.of_type(CERT) == [] and fixed.of_type(HTTPS_PROXY) == []
     assert fixed.outputs["fleetWarning"] == CLEARTEXT_WARNING
-    assert fixed.outputs["fleetApiBaseUrl"] == f"http://{MOCK_IP}/v1"
+    assert fixed.outputs["fleetApiBaseUrl"] == f"http://{MOCK_GLOBAL_IP}/v1"
     assert fixed.outputs["fleetServersNow"] == 3 and fixed.outputs["fleetServersMax"] == 3
 
 
@@ -119,7 +119,7 @@ def test_domain_gives_https_with_a_managed_certificate() -> None:
     assert rule.inputs["portRange"] == "443"
     assert d.of_type(HTTP_PROXY) == []
     assert d.outputs["fleetApiBaseUrl"] == "https://llm.example.com/v1"
-    assert d.outputs["fleetDnsRecord"] == f"llm.example.com. A {MOCK_IP}"
+    assert d.outputs["fleetDnsRecord"] == f"llm.example.com. A {MOCK_GLOBAL_IP}"
     assert d.outputs["fleetWarning"] is None
 
 

@@ -34,6 +34,7 @@ GCP_PROJECT = "acme-llm-test"
 STACKS = ("dev", "europe-west4", "asia-southeast1")
 # What the mocked pulumi-random hands out as the generated API key.
 MOCK_API_KEY = "k3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3y"
+MOCK_GLOBAL_IP = "203.0.113.80"
 MOCK_IP = "203.0.113.10"
 COMPUTE = "https://www.googleapis.com/compute/v1"
 # The suffix GCE adds to a template's name prefix.
@@ -77,8 +78,11 @@ class RecordingMocks(pulumi.runtime.Mocks):
             "gcp:compute/regionInstanceGroupManager:RegionInstanceGroupManager": lambda: {
                 "instanceGroup": f"{COMPUTE}/projects/{GCP_PROJECT}/regions/{inputs['region']}/"
                 f"instanceGroups/"
-                f"{inputs['name']}"
+                f"{inputs['name']}",
+                "selfLink": f"{COMPUTE}/projects/{GCP_PROJECT}/regions/{inputs['region']}/"
+                f"instanceGroupManagers/{inputs['name']}",
             },
+            "gcp:compute/globalAddress:GlobalAddress": lambda: {"address": MOCK_GLOBAL_IP},
             "gcp:compute/healthCheck:HealthCheck": lambda: {
                 "selfLink": f"{COMPUTE}/projects/{GCP_PROJECT}/global/healthChecks/{inputs['name']}"
             },
@@ -87,6 +91,11 @@ class RecordingMocks(pulumi.runtime.Mocks):
             },
         }
         state.update(computed.get(args.typ, dict)())
+        if args.typ.startswith("gcp:compute/"):
+            # Every Compute resource has a self link; the fleet's chain passes them along.
+            kind = args.typ.rsplit(":", 1)[-1]
+            name = state.get("name") or args.name
+            state.setdefault("selfLink", f"{COMPUTE}/projects/{GCP_PROJECT}/global/{kind}/{name}")
         resource_id = state.get("name") or f"{args.name}-id"
         return str(resource_id), state
 

@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 from program_mocks import MOCK_API_KEY, MOCK_IP, Deployment, deploy
 
-from infra import policy
+from infra import fleet_bounds, policy
 from infra.policy import PolicyContext, Resource
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "defaults": {},
-    "replicas": {"replicas": 3},
+    "fleet": {"replicas": 3, "sourceRanges": ["198.51.100.7/32"]},
+    "autoscaled": {"minReplicas": 1, "maxReplicas": 4, "sourceRanges": ["198.51.100.7/32"]},
+    "fleet-https": {"replicas": 2, "domain": "llm.example.com", "sourceRanges": ["198.51.100.7/32"]},
     "standard": {"provisioningModel": "STANDARD"},
     "own-ranges": {"sourceRanges": ["198.51.100.7/32"]},
     "public-opted-in": {"sourceRanges": ["0.0.0.0/0"], "allowPublicInternet": True},
@@ -33,6 +35,7 @@ def context(d: Deployment, overrides: dict[str, Any]) -> PolicyContext:
         allow_public_internet=bool(overrides.get("allowPublicInternet")),
         secrets=[MOCK_API_KEY],
         addresses=addresses(d.resources),
+        fleet=bool(overrides.get("replicas", 1) > 1 or overrides.get("maxReplicas", 0) > 1),
     )
 
 
@@ -205,7 +208,14 @@ BAD_FIXTURES: dict[str, tuple[str, str, str | None, Callable[[dict[str, Any]], N
 AUTOSCALER = Resource(
     policy.AUTOSCALER,
     "fleet-autoscaler",
-    {"region": "us-central1", "target": "projects/acme/regions/us-central1/instanceGroupManagers/qwen36-dev"},
+    {
+        "region": "us-central1",
+        "target": "projects/acme/regions/us-central1/instanceGroupManagers/qwen36-dev",
+        "autoscalingPolicy": {
+            "cooldownPeriod": fleet_bounds.COLD_START_BOUND_S,
+            "scaleInControl": {"maxScaledInReplicas": {"fixed": 1}},
+        },
+    },
 )
 
 
@@ -316,7 +326,8 @@ FLEET_BAD_FIXTURES: dict[str, tuple[str, str, str | None, Callable[[dict[str, An
         policy.FIREWALL,
         "network-health-checks",
         lambda i: i.update(
-            allows=[{"protocol": "tcp", "ports": ["8000-9000"]}], sourceRanges=["198.51.100.0/24"]
+            allows=[{"protocol": "tcp", "ports": ["8000-9000"]}],
+            sourceRanges=["35.191.0.0/16", "130.211.0.0/22", "198.51.100.0/24"],
         ),
     ),
 }
@@ -351,5 +362,11 @@ def test_each_fleet_rule_fails_on_a_bad_fixture(fleet_good: Deployment, fixture:
 def test_single_server_firewall_is_not_a_fleets(good: Deployment) -> None:
     # The single server opens 8080 to sourceRanges; in a fleet that rule must not exist (the load
     # balancer and Cloud Armor take its place), and the check says so.
-    assert policy.check(good.resources, PolicyContext(secrets=[MOCK_API_KEY], addresses=addresses(good.resources))) == []
-    assert {v.rule for v in policy.check(good.resources, FLEET_CONTEXT)} == {"fleet_port_only_from_google"}
+    assert (
+        policy.check(
+            good.resources, PolicyContext(secrets=[MOCK_API_KEY], addresses=addresses(good.resources))
+        )
+        == []
+    )
+    fleet_context = PolicyContext(secrets=[MOCK_API_KEY], fleet=True, addresses=addresses(good.resources))
+    assert {v.rule for v in policy.check(good.resources, fleet_context)} == {"fleet_port_only_from_google"}

@@ -80,6 +80,8 @@ def test_apis_enabled_and_left_on(deployed: Deployment) -> None:
         "iap.googleapis.com",
         "iam.googleapis.com",
         "cloudresourcemanager.googleapis.com",
+        "monitoring.googleapis.com",
+        "logging.googleapis.com",
     }
     assert all(s.inputs["disableOnDestroy"] is False and s.inputs["project"] == GCP_PROJECT for s in services)
 
@@ -319,7 +321,7 @@ def test_initial_delay_follows_the_cold_start_bound_within_gce_limits() -> None:
 
 
 def test_more_replicas_get_ephemeral_addresses_and_no_stateful_ip() -> None:
-    d = deploy("dev", {"replicas": 2})
+    d = deploy("dev", {"replicas": 2, "sourceRanges": ["198.51.100.7/32"]})
     group = d.one(GROUP).inputs
     assert group["targetSize"] == 2
     assert "statefulExternalIps" not in group

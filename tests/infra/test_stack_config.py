@@ -86,7 +86,12 @@ def test_invalid_value_names_key_value_and_what_is_allowed(case: str, as_cli_pas
         {"threads": 8, "provisioningModel": "STANDARD", "bootDiskType": "pd-balanced"},
         {"machineType": "g2-standard-16", "threads": 16, "tools": ["read_file"]},
         {"region": "asia-southeast1", "zones": ["asia-southeast1-b"], "specDraftPMin": 0.5},
-        {"region": "europe-west4", "zones": ["europe-west4-a", "europe-west4-c"], "replicas": 2},
+        {
+            "region": "europe-west4",
+            "zones": ["europe-west4-a", "europe-west4-c"],
+            "replicas": 2,
+            "sourceRanges": ["198.51.100.7/32"],
+        },
         {"modelSizeBytes": 200 * 1024**3, "bootDiskSizeGb": 260},
     ],
 )
