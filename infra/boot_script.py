@@ -30,11 +30,13 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 BODY_PATH = REPO_ROOT / "startup" / "boot.sh"
 LIB_PATH = REPO_ROOT / "startup" / "lib.sh"
 FETCH_TOOL_PATH = REPO_ROOT / "qwen36" / "fetch.py"
+IDLE_WATCH_PATH = REPO_ROOT / "startup" / "idle_watch.py"
 
 # GCE caps one metadata value at 256 KB; the rendered script stays well below it.
 # https://cloud.google.com/compute/docs/metadata/setting-custom-metadata#limitations
 MAX_SCRIPT_BYTES = 200_000
 HEREDOC_END = "QWEN36_FETCH_TOOL_EOF"
+IDLE_WATCH_END = "QWEN36_IDLE_WATCH_EOF"
 _DRIVER_BRANCH_RE = re.compile(r"nvidia-(\d+)")
 
 
@@ -85,6 +87,7 @@ def render_boot_script(cfg: StackConfig, *, bucket: str, api_key_secret: str | N
         "SELF_STAGE": "1" if cfg.self_stage_model else "0",
         "API_KEY_SECRET": api_key_secret or "",
         "GCP_PROJECT": project,
+        "IDLE_STOP_MINUTES": str(cfg.idle_stop_minutes),
         **lib_variables(),
     }
     for phase in boot_protocol.PHASES:
@@ -96,6 +99,7 @@ def render_boot_script(cfg: StackConfig, *, bucket: str, api_key_secret: str | N
         _array("SERVER_ARGS", args),
         _array("SERVER_ARGS_DEGRADED", degraded),
         _fetch_tool_function(FETCH_TOOL_PATH.read_text(encoding="utf-8")),
+        _embedded_file("qwen36_idle_watch_tool", IDLE_WATCH_PATH.read_text(encoding="utf-8"), IDLE_WATCH_END),
         LIB_PATH.read_text(encoding="utf-8"),
         BODY_PATH.read_text(encoding="utf-8"),
     ]
@@ -128,3 +132,12 @@ def _fetch_tool_function(source: str) -> str:
     if not source.endswith("\n"):
         source += "\n"
     return f"qwen36_fetch_tool() {{\n  cat <<'{HEREDOC_END}'\n{source}{HEREDOC_END}\n}}\n"
+
+
+def _embedded_file(function: str, source: str, end: str) -> str:
+    """A shell function that prints ``source`` byte for byte (a quoted heredoc expands nothing)."""
+    if end in source.splitlines():
+        raise BootScriptError(f"{function}: the embedded file contains the heredoc delimiter line {end}")
+    if not source.endswith("\n"):
+        source += "\n"
+    return f"{function}() {{\n  cat <<'{end}'\n{source}{end}\n}}\n"

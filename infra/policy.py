@@ -148,6 +148,38 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
             yield from _strings(item, f"{path}[{i}]")
 
 
+PROJECT_IAM_MEMBER = "gcp:projects/iAMMember:IAMMember"
+PROJECT_IAM_BINDING = "gcp:projects/iAMBinding:IAMBinding"
+# Roles that would let the VM (and anything that breaks into llama-server) manage every VM, disk
+# and group in the project. Idle autostop needs one group: infra/autostop.py's custom role.
+# https://cloud.google.com/compute/docs/access/iam#predefined_roles
+BROAD_COMPUTE_ROLES = frozenset(
+    {
+        "roles/owner",
+        "roles/editor",
+        "roles/compute.admin",
+        "roles/compute.instanceAdmin",
+        "roles/compute.instanceAdmin.v1",
+    }
+)
+
+
+def no_project_compute_admin_for_service_accounts(resource: Resource, _: PolicyContext) -> Iterator[str]:
+    # The program's only service account is the VM's; a condition does not make these roles narrow.
+    if resource.type == PROJECT_IAM_MEMBER:
+        members = [resource.inputs.get("member")]
+    elif resource.type == PROJECT_IAM_BINDING:
+        members = list(resource.inputs.get("members") or [])
+    else:
+        return
+    role = resource.inputs.get("role")
+    if role not in BROAD_COMPUTE_ROLES:
+        return
+    for member in members:
+        if str(member).startswith("serviceAccount:"):
+            yield f"{role} on the whole project for {member}; grant only what it needs on its own group"
+
+
 RULES: tuple[Rule, ...] = (
     spot_is_preemptible_without_restart,
     gpu_terminates_on_maintenance,
@@ -156,6 +188,7 @@ RULES: tuple[Rule, ...] = (
     no_open_firewall,
     private_bucket,
     secret_stays_secret,
+    no_project_compute_admin_for_service_accounts,
 )
 
 

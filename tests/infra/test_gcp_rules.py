@@ -130,6 +130,12 @@ BAD_FIXTURES: dict[str, tuple[str, str, str | None, Callable[[dict[str, Any]], N
         lambda i: i.update(metadataStartupScript=i["metadataStartupScript"] + f"\nKEY={MOCK_API_KEY}\n"),
     ),
     "key-in-labels": ("secret_stays_secret", policy.BUCKET, None, _set("labels.key", MOCK_API_KEY)),
+    "vm-compute-admin": (
+        "no_project_compute_admin_for_service_accounts",
+        policy.PROJECT_IAM_MEMBER,
+        "identity-logging-logwriter",
+        _set("role", "roles/compute.admin"),
+    ),
 }
 
 
@@ -150,3 +156,25 @@ def test_public_internet_needs_the_opt_in(good: Deployment) -> None:
     bad = _edit(good, policy.FIREWALL, _set("sourceRanges", ["0.0.0.0/0"]), "network-server")
     assert policy.check(bad, PolicyContext(allow_public_internet=True)) == []
     assert [v.rule for v in policy.check(bad, PolicyContext())] == ["no_open_firewall"]
+
+
+@pytest.mark.parametrize("role", sorted(policy.BROAD_COMPUTE_ROLES))
+def test_no_broad_compute_role_for_the_vm_account(role: str) -> None:
+    """Autostop needs one group; a project-wide compute role on the VM's account is refused, bound
+    member by member or as a binding, with or without a condition."""
+    member = "qwen36-dev@acme-llm-test.iam.gserviceaccount.com"
+    grants = [
+        Resource(policy.PROJECT_IAM_MEMBER, "m", {"role": role, "member": f"serviceAccount:{member}"}),
+        Resource(
+            policy.PROJECT_IAM_MEMBER,
+            "c",
+            {"role": role, "member": f"serviceAccount:{member}", "condition": {"expression": "true"}},
+        ),
+        Resource(policy.PROJECT_IAM_BINDING, "b", {"role": role, "members": [f"serviceAccount:{member}"]}),
+    ]
+    violations = policy.check(grants, PolicyContext())
+    assert [v.resource.split("::")[1] for v in violations] == ["m", "c", "b"]
+    assert {v.rule for v in violations} == {"no_project_compute_admin_for_service_accounts"}
+    # A person holding the role is the project's business, not the VM's.
+    person = Resource(policy.PROJECT_IAM_MEMBER, "p", {"role": role, "member": "user:ops@example.com"})
+    assert policy.check([person], PolicyContext()) == []
