@@ -115,13 +115,15 @@ class Group:
     name: str
 
     @classmethod
-    def parse(cls, created_by: str) -> Group:
+    def parse(cls, created_by: str, project_id: str | None = None) -> Group:
+        """``project_id`` (the metadata server's) replaces the number in ``created-by``: the API
+        takes either, and the id is what the deployer's tools and logs show."""
         parts = created_by.strip().split("/")
         if len(parts) != 6 or parts[0] != "projects" or parts[4] != "instanceGroupManagers":
             raise WatchError(f"created-by {created_by!r} is not a managed instance group")
         if parts[2] != "regions":
             raise WatchError(f"created-by {created_by!r} is a zonal group; autostop resizes regional groups")
-        return cls(project=parts[1], region=parts[3], name=parts[5])
+        return cls(project=project_id or parts[1], region=parts[3], name=parts[5])
 
     def path(self) -> str:
         return f"/projects/{self.project}/regions/{self.region}/instanceGroupManagers/{self.name}"
@@ -288,7 +290,7 @@ class Watcher:
 
     def run(self, max_polls: int | None = None) -> int:
         """Watches until the group was resized to 0 (returns 0); ``max_polls`` bounds a test run."""
-        group = Group.parse(self.cloud.metadata(CREATED_BY_PATH))
+        group = Group.parse(self.cloud.metadata(CREATED_BY_PATH), self.cloud.metadata(PROJECT_ID_PATH))
         minutes = self.s.idle_s / 60
         log(f"watching {self.s.metrics_url} for group {group.name}; idle stop after {minutes:g} min")
         window_start = self.clock()

@@ -33,7 +33,7 @@ from tests.idle.vm_fakes import TOKEN
 pytestmark = pytest.mark.llama
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
-GROUP_PATH = "/compute/v1/projects/123456789012/regions/us-central1/instanceGroupManagers/qwen36-dev"
+GROUP_PATH = "/compute/v1/projects/acme-llm-test/regions/us-central1/instanceGroupManagers/qwen36-dev"
 REQUEST_TIMEOUT_S = 60.0
 # A poll, a request and a process start on a loaded 2-core machine: slack for timing assertions.
 SLACK_S = 1.0
