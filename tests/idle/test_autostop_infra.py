@@ -32,8 +32,8 @@ class Mocks(pulumi.runtime.Mocks):
             state["name"] = f"projects/{state['project']}/roles/{state['roleId']}"
         return f"{args.name}-id", state
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
-        return {}
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        return {}, None
 
 
 class Monitor(MockMonitor):
