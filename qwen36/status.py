@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -24,6 +25,8 @@ API_KEY_ENV = "QWEN36_API_KEY"
 STACK_OUTPUT = "autostop"
 PULUMI_TIMEOUT_S = 60
 COMPUTE_TIMEOUT_S = 15.0
+# regionOperations.wait itself answers within about 2 minutes; the HTTP call may take that long.
+OPERATION_WAIT_S = 150.0
 IDLE_KEY = "idle"
 NAMESPACE = "qwen36"
 # GCE's stockout errors: https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability
@@ -135,6 +138,9 @@ class GroupApi:
             credentials = AnonymousCredentials()
         kw: dict[str, Any] = {"transport": "rest", "client_options": options, "credentials": credentials}
         self.groups = compute_v1.RegionInstanceGroupManagersClient(**kw)
+        # Its own client: the one ExtendedOperation polls with ignores client_options (it always
+        # calls compute.googleapis.com), so it would escape a stand-in endpoint.
+        self.operations = compute_v1.RegionOperationsClient(**kw)
         self.instances = compute_v1.InstancesClient(**kw)
         self.where = where
         self._ids = {"project": where.project, "region": where.region, "instance_group_manager": where.group}
@@ -143,10 +149,25 @@ class GroupApi:
         return int(self.groups.get(**self._ids, timeout=COMPUTE_TIMEOUT_S).target_size)
 
     def resize(self, size: int, timeout_s: float) -> str:
-        """Resizes and waits for GCE to accept it (the operation DONE); returns the operation's name."""
-        operation = self.groups.resize(**self._ids, size=size, timeout=COMPUTE_TIMEOUT_S)
-        operation.result(timeout=timeout_s)
-        return str(operation.name)
+        """Resizes and waits for GCE to accept it (the operation DONE); returns the operation's name.
+
+        ``regionOperations.wait`` returns when the operation is DONE or after about 2 minutes, so it
+        is called again until DONE or the deadline.
+        https://cloud.google.com/compute/docs/reference/rest/v1/regionOperations/wait
+        """
+        name = str(self.groups.resize(**self._ids, size=size, timeout=COMPUTE_TIMEOUT_S).name)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            op = self.operations.wait(
+                project=self.where.project, region=self.where.region, operation=name, timeout=OPERATION_WAIT_S
+            )
+            if op.error.errors:
+                errors = "; ".join(f"{e.code}: {e.message}" for e in op.error.errors)
+                raise StatusError(f"resize of {self.where.group} failed: {errors}")
+            if op.status == op.Status.DONE:
+                return name
+            if time.monotonic() >= deadline:
+                raise StatusError(f"resize operation {name} not done before the timeout")
 
     def members(self) -> list[Member]:
         found = []

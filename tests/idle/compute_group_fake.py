@@ -15,13 +15,29 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from tests.health.stub_http import serve_on_loopback
-
 PREFIX = "/compute/v1"
+# How often a serving thread checks for shutdown; http.server's 0.5 s default costs every test
+# half a second per server at teardown.
+SHUTDOWN_POLL_S = 0.02
+
+
+@contextmanager
+def serve_on_loopback(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serves ``handler`` on a free loopback port in a thread; yields the base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, args=(SHUTDOWN_POLL_S,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 @dataclass(frozen=True)
@@ -116,14 +132,7 @@ def _handler(group: FakeGroup) -> type[BaseHTTPRequestHandler]:
             if path == group.path:
                 self._json(200, self._group())
             elif path.startswith(ops):
-                name = path[len(ops) :]
-                op = group.operations.get(name)
-                if op is None:
-                    self._error(404, "notFound", f"The resource '{path}' was not found")
-                    return
-                # A regional operation polled after its work is done reports DONE.
-                op.update(status="DONE", progress=100, endTime="2026-11-30T22:00:05.000-08:00")
-                self._json(200, op)
+                self._operation(path, path[len(ops) :])
             elif path.endswith("/getGuestAttributes"):
                 self._guest_attributes(path, query.get("queryPath", [""])[0])
             else:
@@ -131,12 +140,25 @@ def _handler(group: FakeGroup) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             path, query, _ = self._record()
-            if path == f"{group.path}/resize":
+            ops = f"{PREFIX}/projects/{group.project}/regions/{group.region}/operations/"
+            if path.startswith(ops) and path.endswith("/wait"):
+                self._operation(path, path[len(ops) : -len("/wait")])
+            elif path == f"{group.path}/resize":
                 self._resize(int(query["size"][0]))
             elif path == f"{group.path}/listManagedInstances":
                 self._list_managed_instances()
             else:
                 self._error(404, "notFound", f"The resource '{path}' was not found")
+
+        def _operation(self, path: str, name: str) -> None:
+            # regionOperations.get and .wait both answer the Operation; wait returns once it is DONE.
+            # https://cloud.google.com/compute/docs/reference/rest/v1/regionOperations/wait
+            op = group.operations.get(name)
+            if op is None:
+                self._error(404, "notFound", f"The resource '{path}' was not found")
+                return
+            op.update(status="DONE", progress=100, endTime="2026-11-30T22:00:05.000-08:00")
+            self._json(200, op)
 
         def _group(self) -> dict[str, Any]:
             # https://cloud.google.com/compute/docs/reference/rest/v1/regionInstanceGroupManagers#resource:-instancegroupmanager

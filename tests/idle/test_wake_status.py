@@ -54,7 +54,8 @@ def test_wake_resizes_back_waits_and_prints_the_urls(
     assert (resize.method, resize.path, resize.query["size"]) == ("POST", f"{GROUP_PATH}/resize", ["1"])
     assert resize.body in (b"", b"{}")
     # The client waited for the operation to be DONE before looking for the member.
-    ops = [c for c in group.calls if c.method == "GET" and "/operations/" in c.path]
+    (op_name,) = group.operations
+    ops = [c for c in group.calls if c.method == "POST" and c.path.endswith(f"/operations/{op_name}/wait")]
     assert ops and ops[0].t > resize.t
     lists = [c for c in group.calls if c.path == f"{GROUP_PATH}/listManagedInstances"]
     assert lists and lists[0].t > ops[0].t
