@@ -288,16 +288,14 @@ class Watcher:
     def last_request(self) -> str:
         return utc(self.last_use_wall) if self.last_use_wall is not None else "none"
 
-    def run(self, max_polls: int | None = None) -> int:
-        """Watches until the group was resized to 0 (returns 0); ``max_polls`` bounds a test run."""
+    def run(self) -> int:
+        """Watches until the group was resized to 0 (returns 0)."""
         group = Group.parse(self.cloud.metadata(CREATED_BY_PATH), self.cloud.metadata(PROJECT_ID_PATH))
         minutes = self.s.idle_s / 60
         log(f"watching {self.s.metrics_url} for group {group.name}; idle stop after {minutes:g} min")
         window_start = self.clock()
         previous: Sample | None = None
-        polls = 0
-        while max_polls is None or polls < max_polls:
-            polls += 1
+        while True:
             now = self.clock()
             sample = self.read()
             used = sample is not None and (
@@ -316,7 +314,6 @@ class Watcher:
                     return 0
                 window_start = self.clock()
             self.sleep(self.s.poll_s)
-        return 0
 
     def stop(self, group: Group, *, idle_s: float) -> bool:
         detail = f"idle {idle_s / 60:.1f} min, last request {self.last_request()}"
@@ -377,7 +374,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compute-url", default=DEFAULT_COMPUTE_URL)
     parser.add_argument("--logging-url", default=DEFAULT_LOGGING_URL)
     parser.add_argument("--boot-id-file", type=Path, default=Path(BOOT_ID_FILE))
-    parser.add_argument("--max-polls", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.idle_minutes <= 0:
         log("idle stop is off (idle minutes <= 0)")
@@ -394,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     cloud = Cloud(Http(), args.metadata_url, args.compute_url, args.logging_url)
     try:
-        return Watcher(settings, cloud).run(max_polls=args.max_polls)
+        return Watcher(settings, cloud).run()
     except (OSError, WatchError, ValueError) as exc:
         # systemd restarts the unit (Restart=on-failure), e.g. after a metadata-server hiccup.
         log(f"error: {exc}")

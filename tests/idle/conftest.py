@@ -3,6 +3,7 @@ fakes on loopback, and the watcher run as its own process (as systemd runs it on
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -22,6 +23,8 @@ from tests.idle.vm_fakes import FakeLogging, FakeMetadata, fake_logging, fake_me
 API_KEY = "idle-test-key-0123456789"
 WATCHER = Path(__file__).resolve().parents[2] / "startup" / "idle_watch.py"
 EXIT_TIMEOUT_S = 10.0
+# The VM's image runs Python 3.10 (Ubuntu 22.04); a test run may point this at one to prove it.
+VM_PYTHON = os.environ.get("QWEN36_VM_PYTHON", sys.executable)
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +103,7 @@ def start_watcher(
     boot_id.write_text("6b1c0f4e-4d55-4a3c-9f0e-0d1a2b3c4d5e\n")
     argv = [
         # -I -S: no site-packages, no PYTHONPATH: the watcher runs on the standard library alone.
-        sys.executable, "-I", "-S", str(WATCHER),
+        VM_PYTHON, "-I", "-S", str(WATCHER),
         "--metrics-url", metrics_url,
         "--idle-minutes", repr(idle_s / 60),
         "--poll-seconds", repr(poll_s),
