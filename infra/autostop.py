@@ -79,6 +79,34 @@ def autostop_output(
     }
 
 
+def export_outputs(
+    *,
+    stack: str,
+    project: pulumi.Input[str],
+    region: str,
+    group_name: pulumi.Input[str],
+    size: int,
+    url: pulumi.Input[str] | None,
+    timeout_minutes: int,
+    idle_minutes: int,
+) -> None:
+    """The stack outputs ``wakeCommand``, ``statusCommand`` and ``autostop`` (what ``--stack`` reads)."""
+    pulumi.export("wakeCommand", wake_command(stack))
+    pulumi.export("statusCommand", status_command(stack))
+    spec = pulumi.Output.all(project=project, group=group_name, url=url).apply(
+        lambda v: autostop_output(
+            project=v["project"],
+            region=region,
+            group=v["group"],
+            size=size,
+            url=v["url"],
+            timeout_minutes=timeout_minutes,
+            idle_minutes=idle_minutes,
+        )
+    )
+    pulumi.export(STACK_OUTPUT, spec)
+
+
 @dataclass
 class AutostopArgs:
     project: pulumi.Input[str]

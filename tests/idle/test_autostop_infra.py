@@ -13,7 +13,15 @@ from pulumi.runtime import rpc, settings
 from pulumi.runtime.mocks import MockMonitor
 
 from infra import policy
-from infra.autostop import IGNORE_CHANGES, PERMISSIONS, Autostop, AutostopArgs, group_condition, role_id
+from infra.autostop import (
+    IGNORE_CHANGES,
+    PERMISSIONS,
+    Autostop,
+    AutostopArgs,
+    export_outputs,
+    group_condition,
+    role_id,
+)
 from infra.policy import PolicyContext, Resource
 
 PROJECT = "acme-llm-test"
@@ -149,3 +157,37 @@ def test_pulumi_ignores_the_field_the_watcher_changes(mocked: tuple[Mocks, Monit
     registered = monitor.options["server-group"]
     assert registered["ignore_changes"] == ["targetSize"]
     assert registered["inputs"]["targetSize"] == 1
+
+
+def test_the_outputs_carry_the_exact_wake_command(mocked: tuple[Mocks, Monitor]) -> None:
+    exported: dict[str, Any] = {}
+
+    @pulumi.runtime.test
+    def program() -> pulumi.Output[Any]:
+        export_outputs(
+            stack="dev",
+            project=PROJECT,
+            region="us-central1",
+            group_name=pulumi.Output.from_input("qwen36-dev"),
+            size=1,
+            url=None,
+            timeout_minutes=20,
+            idle_minutes=30,
+        )
+        root = settings.get_root_resource()
+        assert root is not None
+        outputs = {k: pulumi.Output.from_input(v) for k, v in root.outputs.items()}  # type: ignore[attr-defined]
+        return pulumi.Output.all(**outputs).apply(exported.update)
+
+    program()
+    assert exported["wakeCommand"] == "python -m qwen36 wake --stack dev"
+    assert exported["statusCommand"] == "python -m qwen36 status --stack dev"
+    assert exported["autostop"] == {
+        "project": PROJECT,
+        "region": "us-central1",
+        "group": "qwen36-dev",
+        "size": 1,
+        "url": None,
+        "timeoutMinutes": 20,
+        "idleStopMinutes": 30,
+    }
