@@ -77,6 +77,10 @@ class WatchError(RuntimeError):
     pass
 
 
+class NotInGroupError(WatchError):
+    """The VM is not a managed instance: there is no group to resize."""
+
+
 def utc(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime(TIME_FORMAT)  # noqa: UP017 (3.10 on the VM)
 
@@ -154,6 +158,8 @@ class Cloud:
 
     def metadata(self, path: str) -> str:
         status, body = self.http.request("GET", self.metadata_url + path, {"Metadata-Flavor": "Google"})
+        if status == 404 and path == CREATED_BY_PATH:
+            raise NotInGroupError("the metadata key created-by is not set")
         if status != 200:
             raise WatchError(f"metadata {path} answered {status}")
         return body.decode()
@@ -391,6 +397,10 @@ def main(argv: list[str] | None = None) -> int:
     cloud = Cloud(Http(), args.metadata_url, args.compute_url, args.logging_url)
     try:
         return Watcher(settings, cloud).run()
+    except NotInGroupError as exc:
+        # Exit 0: systemd restarts only failures, and waiting will not put this VM in a group.
+        log(f"idle stop is off: this VM is not in a managed instance group ({exc})")
+        return 0
     except (OSError, WatchError, ValueError) as exc:
         # systemd restarts the unit (Restart=on-failure), e.g. after a metadata-server hiccup.
         log(f"error: {exc}")

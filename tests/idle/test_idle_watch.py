@@ -291,3 +291,15 @@ def test_a_group_already_at_zero_is_not_resized(
     assert w.wait_exit() == 0
     assert cloud.group.resizes() == []
     assert "already at size 0" in w.output()
+
+
+def test_a_vm_outside_a_group_exits_cleanly(
+    cloud: Cloud, llama: LlamaServer, key_file: Path, tmp_path: Path, watchers: list[WatcherProcess]
+) -> None:
+    """No created-by (a plain VM): nothing to resize, and exit 0 so systemd does not restart it."""
+    cloud.metadata.created_by = ""
+    w = start_watcher(cloud, f"{llama.base_url}/metrics", key_file, tmp_path, idle_s=0.5)
+    watchers.append(w)
+    assert w.wait_exit() == 0
+    assert "not in a managed instance group" in w.output()
+    assert cloud.group.calls == []

@@ -19,7 +19,7 @@ TOKEN = "ya29.fake-vm-token"
 
 @dataclass
 class FakeMetadata:
-    """The instance's metadata as a managed member sees it."""
+    """The instance's metadata as a managed member sees it (an empty value is an unset key: 404)."""
 
     # GCE sets created-by on every managed instance, with the project NUMBER.
     # https://cloud.google.com/compute/docs/instance-groups/getting-info-about-migs#checking_if_a_vm_instance_is_part_of_a_mig
@@ -72,8 +72,9 @@ def _metadata_handler(md: FakeMetadata) -> type[BaseHTTPRequestHandler]:
             if not self._allowed():
                 return
             key = self.path.split("?")[0].removeprefix(base)
-            if key in values:
-                self._reply(200, values[key]())
+            value = values[key]() if key in values else ""
+            if value:
+                self._reply(200, value)
             else:
                 self._reply(404, "not found")
 
