@@ -45,13 +45,20 @@ def wait_for_member(api: GroupApi, deadline: float, poll_s: float) -> Member:
         time.sleep(poll_s)
 
 
-def wait_until_ready(where: Where, member: Member, timeout_s: float, poll_s: float) -> None:
+def wait_until_ready(where: Where, member: Member, timeout_s: float, args: argparse.Namespace) -> None:
     """The deploy gate's own wait (kept to this one call site: qwen36.health owns the gate)."""
     from qwen36.health import ComputeApiReader, Target, WaitSettings, wait_ready
 
-    reader = None if where.url else ComputeApiReader()
+    reader = None
+    if not where.url:  # no HTTP path from here: the VM's own report decides, as in `pulumi up`
+        credentials = None
+        if args.anonymous:
+            from google.auth.credentials import AnonymousCredentials
+
+            credentials = AnonymousCredentials()
+        reader = ComputeApiReader(api_endpoint=args.compute_endpoint, credentials=credentials)
     wait_ready(
-        settings=WaitSettings(timeout_s=timeout_s, poll_s=poll_s),
+        settings=WaitSettings(timeout_s=timeout_s, poll_s=args.poll_seconds),
         url=where.url,
         api_key=where.api_key,
         target=Target(project=where.project, zone=member.zone, instance=member.name),
@@ -86,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             )
         member = wait_for_member(api, deadline, args.poll_seconds)
         print(f"wake: member {member.name} in {member.zone}", flush=True)
-        wait_until_ready(where, member, max(1.0, deadline - time.monotonic()), args.poll_seconds)
+        wait_until_ready(where, member, max(1.0, deadline - time.monotonic()), args)
     except (StatusError, WaitFailed) as exc:
         print(f"wake: {exc}", file=sys.stderr, flush=True)
         return EXIT_NOT_READY

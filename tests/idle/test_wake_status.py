@@ -200,3 +200,23 @@ def test_status_without_a_group_names_what_is_missing(capsys: pytest.CaptureFixt
 )
 def test_classify(members: list[Member], state: str) -> None:
     assert classify(1, members).state == state
+
+
+def test_wake_without_an_http_path_follows_the_vms_report(capsys: pytest.CaptureFixture[str]) -> None:
+    """IAP only (no --url): the new member's boot report decides, read through the Compute API."""
+    group = FakeGroup(target_size=0)
+    # The boot's report in both the first version's keys and boot_protocol's single `report` key.
+    group.new_member.guest_attributes = {
+        "phase": "ready",
+        "detail": "llama-server healthy 170 s after boot",
+        "report": "ready 2026-11-30T22:03:00Z b00t llama-server healthy 170 s after boot",
+    }
+    with fake_group_api(group) as endpoint:
+        rc = main(["wake", *WHERE, "--compute-endpoint", endpoint, "--anonymous", "--poll-seconds", "0.1"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert len(group.resizes()) == 1
+    reads = [c for c in group.calls if c.path.endswith("/instances/qwen36-dev-x1b2/getGuestAttributes")]
+    assert reads and reads[0].path.startswith("/compute/v1/projects/acme-llm-test/zones/us-central1-b/")
+    assert "ready after" in out.out and "healthy 170 s after boot" in out.out
+    assert "IAP tunnel" in out.out
