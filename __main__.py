@@ -4,6 +4,9 @@ import pulumi
 
 from infra.api_key import ApiKey, ApiKeyArgs
 from infra.apis import Apis, ApisArgs
+from infra.autostop import IGNORE_CHANGES as AUTOSTOP_IGNORES
+from infra.autostop import Autostop, AutostopArgs, role_id
+from infra.autostop import export_outputs as export_autostop
 from infra.config import deployment_name, load_config, load_gcp_project
 from infra.fleet import Fleet, FleetArgs, export_fleet
 from infra.health_gate import HealthGate, HealthGateArgs
@@ -82,13 +85,31 @@ server = ServerGroup(
         bucket=cache.bucket_name,
         api_key_secret=api_key.secret_id if api_key else None,
         network_tag=network_tag,
-        # An autoscaler owns the size of an autoscaled group, and Pulumi must not set it back.
+        # An autoscaler owns the size of an autoscaled group, the idle watcher resizes a single
+        # server's group to 0 and `qwen36 wake` back: Pulumi must not set the size back on its own.
         target_size=None if cfg.autoscaled else cfg.replicas,
-        ignore_changes=["targetSize"] if cfg.autoscaled else [],
+        ignore_changes=list(AUTOSTOP_IGNORES) if cfg.autoscaled or cfg.autostop_minutes else [],
         labels=labels,
         # The boot reads the bucket, the secret and through the firewall from its first second.
         depends_on=[apis, network, identity, cache] + ([api_key] if api_key else []),
     ),
+)
+
+# Idle autostop: the VM's own account may resize this one group, nothing else.
+autostop = (
+    Autostop(
+        "autostop",
+        AutostopArgs(
+            project=project,
+            region=cfg.region,
+            group_name=server.group_name,
+            member=identity.member,
+            role_id=role_id(name),
+            depends_on=[apis],
+        ),
+    )
+    if cfg.autostop_minutes
+    else None
 )
 
 # More than one server: one endpoint through Google's load balancer, sized by their load when autoscaled.
@@ -113,6 +134,11 @@ fleet = (
 
 # `pulumi up` ends only when a member of the group answers: over HTTP when a source range is open,
 # else by the boot's own report in guest attributes. A new template (any change to the VM) waits again.
+gate_url = (
+    server.static_ip.apply(lambda ip: f"http://{ip}:{PORT}" if ip else None)
+    if cfg.public_endpoint and not cfg.fleet
+    else None
+)
 gate = HealthGate(
     "health",
     HealthGateArgs(
@@ -121,9 +147,7 @@ gate = HealthGate(
         group_name=server.group_name,
         template_id=server.template_id,
         startup_script_sha256=server.startup_script_sha256,
-        url=server.static_ip.apply(lambda ip: f"http://{ip}:{PORT}" if ip else None)
-        if cfg.public_endpoint and not cfg.fleet
-        else None,
+        url=gate_url,
         api_key=api_key.api_key if api_key else None,
         timeout_minutes=cfg.health_timeout_minutes,
         depends_on=[server.group],
@@ -147,6 +171,17 @@ if fleet is not None:
         region=cfg.region,
         group_name=server.group_name,
         servers_now=server.group.target_size,
+    )
+if autostop is not None:
+    export_autostop(
+        stack=pulumi.get_stack(),
+        project=project,
+        region=cfg.region,
+        group_name=server.group_name,
+        size=cfg.replicas,
+        url=gate_url,
+        timeout_minutes=cfg.health_timeout_minutes,
+        idle_minutes=cfg.autostop_minutes,
     )
 pulumi.export("startupScriptSha256", server.startup_script_sha256)
 pulumi.export("modelCachePath", cache.probe.path)

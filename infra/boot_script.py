@@ -32,11 +32,13 @@ LIB_PATH = REPO_ROOT / "startup" / "lib.sh"
 FETCH_TOOL_PATH = REPO_ROOT / "qwen36" / "fetch.py"
 METRICS_PUBLISHER_PATH = REPO_ROOT / "startup" / "metrics_publisher.py"
 PUBLISHER_HEREDOC_END = "QWEN36_METRICS_PUBLISHER_EOF"
+IDLE_WATCH_PATH = REPO_ROOT / "startup" / "idle_watch.py"
 
 # GCE caps one metadata value at 256 KB; the rendered script stays well below it.
 # https://cloud.google.com/compute/docs/metadata/setting-custom-metadata#limitations
 MAX_SCRIPT_BYTES = 200_000
 HEREDOC_END = "QWEN36_FETCH_TOOL_EOF"
+IDLE_WATCH_END = "QWEN36_IDLE_WATCH_EOF"
 _DRIVER_BRANCH_RE = re.compile(r"nvidia-(\d+)")
 
 
@@ -91,6 +93,7 @@ def render_boot_script(cfg: StackConfig, *, bucket: str, api_key_secret: str | N
         "LOAD_METRIC_PUBLISH": "1" if cfg.autoscaled else "0",
         "LOAD_METRIC_TYPE": fleet_bounds.LOAD_METRIC_TYPE,
         "LOAD_METRIC_INTERVAL_S": str(fleet_bounds.LOAD_METRIC_INTERVAL_S),
+        "IDLE_STOP_MINUTES": str(cfg.autostop_minutes),
         **lib_variables(),
     }
     for phase in boot_protocol.PHASES:
@@ -102,7 +105,19 @@ def render_boot_script(cfg: StackConfig, *, bucket: str, api_key_secret: str | N
         _array("SERVER_ARGS", args),
         _array("SERVER_ARGS_DEGRADED", degraded),
         _fetch_tool_function(FETCH_TOOL_PATH.read_text(encoding="utf-8")),
-        *([_metrics_publisher_function()] if cfg.autoscaled else []),
+        *(
+            [
+                _embedded_file(
+                    "qwen36_metrics_publisher",
+                    METRICS_PUBLISHER_PATH.read_text(encoding="utf-8"),
+                    PUBLISHER_HEREDOC_END,
+                )
+            ]
+            # Only autoscaled fleets carry it, so a single server's script does not change with it.
+            if cfg.autoscaled
+            else []
+        ),
+        _embedded_file("qwen36_idle_watch_tool", IDLE_WATCH_PATH.read_text(encoding="utf-8"), IDLE_WATCH_END),
         LIB_PATH.read_text(encoding="utf-8"),
         BODY_PATH.read_text(encoding="utf-8"),
     ]
@@ -137,14 +152,10 @@ def _fetch_tool_function(source: str) -> str:
     return f"qwen36_fetch_tool() {{\n  cat <<'{HEREDOC_END}'\n{source}{HEREDOC_END}\n}}\n"
 
 
-def _metrics_publisher_function() -> str:
-    # Only autoscaled fleets carry it, so a single server's script does not change with it.
-    source = METRICS_PUBLISHER_PATH.read_text(encoding="utf-8")
-    if PUBLISHER_HEREDOC_END in source.splitlines():
-        raise BootScriptError(
-            f"the metrics publisher contains the heredoc delimiter line {PUBLISHER_HEREDOC_END}"
-        )
+def _embedded_file(function: str, source: str, end: str) -> str:
+    """A shell function that prints ``source`` byte for byte (a quoted heredoc expands nothing)."""
+    if end in source.splitlines():
+        raise BootScriptError(f"{function}: the embedded file contains the heredoc delimiter line {end}")
     if not source.endswith("\n"):
         source += "\n"
-    end = PUBLISHER_HEREDOC_END
-    return f"qwen36_metrics_publisher() {{\n  cat <<'{end}'\n{source}{end}\n}}\n"
+    return f"{function}() {{\n  cat <<'{end}'\n{source}{end}\n}}\n"

@@ -353,6 +353,38 @@ def _opens(allow: Mapping[str, Any], port: int) -> bool:
     return False
 
 
+PROJECT_IAM_MEMBER = "gcp:projects/iAMMember:IAMMember"
+PROJECT_IAM_BINDING = "gcp:projects/iAMBinding:IAMBinding"
+# Roles that would let the VM (and anything that breaks into llama-server) manage every VM, disk
+# and group in the project. Idle autostop needs one group: infra/autostop.py's custom role.
+# https://cloud.google.com/compute/docs/access/iam#predefined_roles
+BROAD_COMPUTE_ROLES = frozenset(
+    {
+        "roles/owner",
+        "roles/editor",
+        "roles/compute.admin",
+        "roles/compute.instanceAdmin",
+        "roles/compute.instanceAdmin.v1",
+    }
+)
+
+
+def no_project_compute_admin_for_service_accounts(resource: Resource, _: PolicyContext) -> Iterator[str]:
+    # The program's only service account is the VM's; a condition does not make these roles narrow.
+    if resource.type == PROJECT_IAM_MEMBER:
+        members = [resource.inputs.get("member")]
+    elif resource.type == PROJECT_IAM_BINDING:
+        members = list(resource.inputs.get("members") or [])
+    else:
+        return
+    role = resource.inputs.get("role")
+    if role not in BROAD_COMPUTE_ROLES:
+        return
+    for member in members:
+        if str(member).startswith("serviceAccount:"):
+            yield f"{role} on the whole project for {member}; grant only what it needs on its own group"
+
+
 RULES: tuple[Rule, ...] = (
     spot_is_preemptible_without_restart,
     gpu_terminates_on_maintenance,
@@ -367,6 +399,7 @@ RULES: tuple[Rule, ...] = (
     autoscaler_waits_for_cold_start,
     public_backend_has_armor,
     fleet_port_only_from_google,
+    no_project_compute_admin_for_service_accounts,
 )
 PROGRAM_RULES: tuple[ProgramRule, ...] = (
     autoscaler_needs_even_or_balanced,

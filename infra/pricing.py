@@ -59,7 +59,7 @@ ARMOR_POLICY_USD_PER_MONTH = 5.0
 ARMOR_RULE_USD_PER_MONTH = 1.0
 ARMOR_USD_PER_MILLION_REQUESTS = 0.75
 LB_USD_PER_GB_PROCESSED = 0.008
-HOURS_PER_MONTH = 730
+HOURS_PER_MONTH = 730  # GCE bills a month as 730 hours
 LB_PRICE_SOURCE = "cloud.google.com/vpc/network-pricing#lb and cloud.google.com/armor/pricing list prices"
 
 
@@ -92,3 +92,69 @@ def estimate_fleet_cost(cfg: StackConfig, *, servers_now: int, armor_rules: int)
         f"Server: {server.label}. Edge: {LB_PRICE_SOURCE}, as of {PRICE_DATE}"
     )
     return FleetCost(now, most, round(edge, 4), label)
+
+
+# --- idle autostop (README "Autostop") -----------------------------------------------------------
+
+# Boot disk list prices in us-central1, per GB-month. https://cloud.google.com/compute/disks-image-pricing#disk
+DISK_USD_PER_GB_MONTH = {"pd-ssd": 0.17, "pd-balanced": 0.10}
+# A wake is billed from the VM's creation until the server answers: the cached cold start
+# (GCS model cache, baked image) measured in the original write-up, rounded up.
+WAKE_MINUTES = 4
+
+
+@dataclass(frozen=True)
+class AutostopCosts:
+    """A month of one usage pattern: VM plus boot disk, in USD (estimates, like the hourly one)."""
+
+    busy_hours_per_day: float
+    sessions_per_day: int
+    running_hours: float
+    always_on: float
+    resize_to_zero: float
+    stop_instances: float
+
+
+def autostop_costs(
+    cfg: StackConfig, *, busy_hours_per_day: float = 4.0, sessions_per_day: int = 2
+) -> AutostopCosts:
+    """Always on, versus autostop by resize to 0 (VM and disk gone while stopped) and by
+    ``stopInstances`` (the stopped member keeps its disk, billed all month).
+
+    Each session runs its busy hours, then ``idleStopMinutes`` of idle before the stop, plus a wake.
+    """
+    vm = estimate_hourly_cost(cfg).usd_per_hour
+    disk_month = cfg.boot_disk_size_gb * DISK_USD_PER_GB_MONTH[cfg.boot_disk_type]
+    days = HOURS_PER_MONTH / 24
+    if cfg.idle_stop_minutes == 0:
+        running = float(HOURS_PER_MONTH)
+    else:
+        per_day = busy_hours_per_day + sessions_per_day * (cfg.idle_stop_minutes + WAKE_MINUTES) / 60
+        running = min(float(HOURS_PER_MONTH), per_day * days)
+    always_on = HOURS_PER_MONTH * vm + disk_month
+    return AutostopCosts(
+        busy_hours_per_day=busy_hours_per_day,
+        sessions_per_day=sessions_per_day,
+        running_hours=round(running, 1),
+        always_on=round(always_on, 2),
+        resize_to_zero=round(running * vm + disk_month * running / HOURS_PER_MONTH, 2),
+        stop_instances=round(running * vm + disk_month, 2),
+    )
+
+
+def autostop_cost_table(cfg: StackConfig) -> str:
+    """The README's table (tests/idle checks that the README carries exactly this)."""
+    c = autostop_costs(cfg)
+    machine = f"{cfg.provisioning_model.lower()} {cfg.machine_type}"
+    disk = f"{cfg.boot_disk_size_gb} GB {cfg.boot_disk_type}"
+    return "\n".join(
+        [
+            f"| {c.busy_hours_per_day:g} busy hours a day in {c.sessions_per_day} sessions, "
+            f"{machine}, {disk} | VM hours a month | USD a month |",
+            "| --- | --- | --- |",
+            f"| always on (`idleStopMinutes: 0`) | {HOURS_PER_MONTH} | ${c.always_on:.2f} |",
+            f"| autostop, resize to 0 (this project), `idleStopMinutes: {cfg.idle_stop_minutes}` "
+            f"| {c.running_hours:g} | ${c.resize_to_zero:.2f} |",
+            f"| autostop by `stopInstances` (disk kept) | {c.running_hours:g} | ${c.stop_instances:.2f} |",
+        ]
+    )

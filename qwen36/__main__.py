@@ -11,7 +11,14 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("qwen36.stage", "qwen36.bench", "qwen36.wait_cmd", "qwen36.tunnel")
+COMMANDS = (
+    "qwen36.stage",
+    "qwen36.bench",
+    "qwen36.wait_cmd",
+    "qwen36.tunnel",
+    "qwen36.wake",
+    "qwen36.status",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -508,6 +508,43 @@ install_fetch_tool() {
   mv -f "$FETCH_TOOL.tmp" "$FETCH_TOOL"
 }
 
+IDLE_WATCH_TOOL="$BIN_DIR/idle_watch.py"
+IDLE_UNIT=qwen36-idle-watch
+IDLE_METRICS_URL=${QWEN36_METRICS_URL:-http://127.0.0.1:$SERVER_PORT/metrics}
+IDLE_RESTART_S=30 # systemd's pause before it restarts a failed watcher
+
+start_idle_watch() {
+  # Idle autostop (startup/idle_watch.py): resizes this VM's group to 0 after IDLE_STOP_MINUTES
+  # without a request. A supervised unit restarts it on failure; one already running (this script
+  # run again by hand) is left alone. Autostop saves money but the server does not need it, so a
+  # watcher that cannot start is a warning, not a failed boot.
+  if ((IDLE_STOP_MINUTES == 0)); then
+    log "idle autostop is off (idleStopMinutes is 0)"
+    return 0
+  fi
+  install -d -m 0755 "$BIN_DIR"
+  qwen36_idle_watch_tool >"$IDLE_WATCH_TOOL.tmp"
+  mv -f "$IDLE_WATCH_TOOL.tmp" "$IDLE_WATCH_TOOL"
+  if ! command -v systemd-run >/dev/null 2>&1; then
+    log "warning: no systemd-run; idle autostop is not running"
+    return 0
+  fi
+  if systemctl is-active --quiet "$IDLE_UNIT"; then
+    log "idle watcher $IDLE_UNIT already running; left alone"
+    return 0
+  fi
+  local -a key=()
+  [[ -z $API_KEY_SECRET ]] || key=(--key-file "$KEY_FILE")
+  # --collect unloads the unit once it ends, failed or not, so the next boot can reuse its name.
+  if systemd-run --quiet --collect --unit="$IDLE_UNIT" -p Restart=on-failure -p RestartSec="$IDLE_RESTART_S" \
+    "$(command -v python3)" "$IDLE_WATCH_TOOL" --metrics-url "$IDLE_METRICS_URL" \
+    --idle-minutes "$IDLE_STOP_MINUTES" "${key[@]}"; then
+    log "idle watcher $IDLE_UNIT started: the group is resized to 0 after $IDLE_STOP_MINUTES idle minutes"
+  else
+    log "warning: could not start the idle watcher $IDLE_UNIT; the server stays up until stopped by hand"
+  fi
+}
+
 main() {
   install -d -m 0755 "$STATE_DIR" "$RUN_DIR"
   # A second copy (someone re-running the startup script by hand) waits for the first.
@@ -527,6 +564,7 @@ main() {
   step_server
   step_ready
   start_metrics_publisher
+  start_idle_watch
   self_stage
 }
 

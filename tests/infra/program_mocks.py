@@ -83,6 +83,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 f"instanceGroupManagers/{inputs['name']}",
             },
             "gcp:compute/globalAddress:GlobalAddress": lambda: {"address": MOCK_GLOBAL_IP},
+            "gcp:projects/iAMCustomRole:IAMCustomRole": lambda: {
+                "name": f"projects/{GCP_PROJECT}/roles/{inputs['roleId']}"
+            },
             "gcp:compute/healthCheck:HealthCheck": lambda: {
                 "selfLink": f"{COMPUTE}/projects/{GCP_PROJECT}/global/healthChecks/{inputs['name']}"
             },

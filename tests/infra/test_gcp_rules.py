@@ -201,6 +201,12 @@ BAD_FIXTURES: dict[str, tuple[str, str, str | None, Callable[[dict[str, Any]], N
         ),
     ),
     "key-in-labels": ("secret_stays_secret", policy.BUCKET, None, _set("labels.key", MOCK_API_KEY)),
+    "vm-compute-admin": (
+        "no_project_compute_admin_for_service_accounts",
+        policy.PROJECT_IAM_MEMBER,
+        "identity-logging-logwriter",
+        _set("role", "roles/compute.admin"),
+    ),
 }
 
 
@@ -370,3 +376,25 @@ def test_single_server_firewall_is_not_a_fleets(good: Deployment) -> None:
     )
     fleet_context = PolicyContext(secrets=[MOCK_API_KEY], fleet=True, addresses=addresses(good.resources))
     assert {v.rule for v in policy.check(good.resources, fleet_context)} == {"fleet_port_only_from_google"}
+
+
+@pytest.mark.parametrize("role", sorted(policy.BROAD_COMPUTE_ROLES))
+def test_no_broad_compute_role_for_the_vm_account(role: str) -> None:
+    """Autostop needs one group; a project-wide compute role on the VM's account is refused, bound
+    member by member or as a binding, with or without a condition."""
+    member = "qwen36-dev@acme-llm-test.iam.gserviceaccount.com"
+    grants = [
+        Resource(policy.PROJECT_IAM_MEMBER, "m", {"role": role, "member": f"serviceAccount:{member}"}),
+        Resource(
+            policy.PROJECT_IAM_MEMBER,
+            "c",
+            {"role": role, "member": f"serviceAccount:{member}", "condition": {"expression": "true"}},
+        ),
+        Resource(policy.PROJECT_IAM_BINDING, "b", {"role": role, "members": [f"serviceAccount:{member}"]}),
+    ]
+    violations = policy.check(grants, PolicyContext())
+    assert [v.resource.split("::")[1] for v in violations] == ["m", "c", "b"]
+    assert {v.rule for v in violations} == {"no_project_compute_admin_for_service_accounts"}
+    # A person holding the role is the project's business, not the VM's.
+    person = Resource(policy.PROJECT_IAM_MEMBER, "p", {"role": role, "member": "user:ops@example.com"})
+    assert policy.check([person], PolicyContext()) == []

@@ -62,6 +62,7 @@ def test_components_own_their_children(deployed: Deployment) -> None:
         "api-key": "qwen36:infra:ApiKey",
         "server": "qwen36:infra:ServerGroup",
         "health": "qwen36:infra:HealthGate",
+        "autostop": "qwen36:infra:Autostop",
     }
     urns = {name: deployed.registrations[name].urn for name in components}
     for resource in deployed.resources:
@@ -94,6 +95,7 @@ SERVING_API = {
     "gcp:secretmanager/": "secretmanager.googleapis.com",
     "gcp:serviceaccount/": "iam.googleapis.com",
     "gcp:projects/iAMMember:": "cloudresourcemanager.googleapis.com",
+    "gcp:projects/iAMCustomRole:": "iam.googleapis.com",
 }
 
 
@@ -181,10 +183,16 @@ def test_identity_is_dedicated_and_least_privilege(deployed: Deployment) -> None
     project_grants = {
         (p.inputs["project"], p.inputs["role"], p.inputs["member"]) for p in deployed.of_type(PROJECT_IAM)
     }
+    autostop_role = f"projects/{GCP_PROJECT}/roles/{deployed.outputs['groupName'].replace('-', '_')}_autostop"
     assert project_grants == {
         (GCP_PROJECT, "roles/logging.logWriter", member),
         (GCP_PROJECT, "roles/monitoring.metricWriter", member),
+        (GCP_PROJECT, autostop_role, member),
     }
+    # The autostop role is the only conditional grant, and its condition names the one group.
+    (conditional,) = [p.inputs for p in deployed.of_type(PROJECT_IAM) if p.inputs.get("condition")]
+    assert conditional["role"] == autostop_role
+    assert f"/instanceGroupManagers/{deployed.outputs['groupName']}" in conditional["condition"]["expression"]
     vm = deployed.one(TEMPLATE).inputs
     assert vm["serviceAccount"] == {
         "email": sa_email(deployed),
