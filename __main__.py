@@ -25,7 +25,11 @@ apis = Apis("apis", ApisArgs(project=project))
 network = NetworkAccess(
     "network",
     NetworkAccessArgs(
-        project=project, network_tag=network_tag, source_ranges=cfg.source_ranges, depends_on=[apis]
+        project=project,
+        region=cfg.region,
+        network_tag=network_tag,
+        source_ranges=cfg.source_ranges,
+        depends_on=[apis],
     ),
 )
 cache = ModelCache(
@@ -59,7 +63,17 @@ api_key = (
 
 # The tooling image has docker and the server image baked in; without one the stock image is used.
 tooling = (
-    ToolingImage("tooling", ToolingImageArgs(cfg=cfg, project=project, depends_on=[apis]))
+    ToolingImage(
+        "tooling",
+        ToolingImageArgs(
+            cfg=cfg,
+            project=project,
+            deployment=name,
+            network=network.network_name,
+            subnetwork=network.subnetwork_name,
+            depends_on=[apis, network],
+        ),
+    )
     if cfg.build_tooling_image
     else None
 )
@@ -76,6 +90,8 @@ server = Server(
         bucket=cache.bucket_name,
         api_key_secret=api_key.secret_id if api_key else None,
         network_tag=network_tag,
+        network=network.network,
+        subnetwork=network.subnetwork,
         labels=labels,
         # The boot reads the bucket, the secret and through the firewall from its first second.
         depends_on=[apis, network, identity, cache] + ([api_key] if api_key else []),

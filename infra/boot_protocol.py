@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 NAMESPACE = "qwen36"
 KEY_REPORT = "report"
@@ -79,7 +79,7 @@ def format_report(report: Report) -> str:
         if not _TOKEN_RE.match(token):
             raise ReportFormatError(f"{label} {token!r} must be one word")
     detail = " ".join(report.detail.split())[:DETAIL_MAX_CHARS]
-    stamp = report.time.astimezone(timezone.utc).strftime(TIME_FORMAT)
+    stamp = report.time.astimezone(UTC).strftime(TIME_FORMAT)
     return f"{report.phase} {stamp} {report.boot_id} {detail}".rstrip(" ")
 
 
@@ -90,7 +90,7 @@ def parse_report(value: str) -> Report:
         raise ReportFormatError(f"a report needs phase, time and boot id: {value[:120]!r}")
     phase, stamp, boot_id = parts[:3]
     try:
-        time = datetime.strptime(stamp, TIME_FORMAT).replace(tzinfo=timezone.utc)
+        time = datetime.strptime(stamp, TIME_FORMAT).replace(tzinfo=UTC)
     except ValueError:
         raise ReportFormatError(f"bad report time {stamp!r} in {value[:120]!r}") from None
     if not phase or not boot_id:

@@ -68,6 +68,8 @@ class ServerArgs:
     network_tag: str
     labels: Mapping[str, str] = field(default_factory=dict)
     network: pulumi.Input[str] = DEFAULT_NETWORK
+    subnetwork: pulumi.Input[str] | None = None
+    """Required with a custom-mode VPC (infra/network.py): GCE does not pick its subnet."""
     depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
 
 
@@ -118,6 +120,7 @@ class Server(pulumi.ComponentResource):
             network_interfaces=[
                 gcp.compute.InstanceNetworkInterfaceArgs(
                     network=args.network,
+                    subnetwork=args.subnetwork,
                     access_configs=[
                         gcp.compute.InstanceNetworkInterfaceAccessConfigArgs(
                             nat_ip=self.address.address, network_tier=NETWORK_TIER

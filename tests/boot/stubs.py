@@ -155,7 +155,9 @@ def nvidia_smi(argv: list[str]) -> int:
 # --------------------------------------------------------------------------- packages and the kernel
 
 
-DPKG_INTERRUPTED = "E: dpkg was interrupted, you must manually run 'dpkg --configure -a' to correct the problem."
+DPKG_INTERRUPTED = (
+    "E: dpkg was interrupted, you must manually run 'dpkg --configure -a' to correct the problem."
+)
 
 
 def dpkg_journal() -> Path:
@@ -266,8 +268,13 @@ def gcloud(argv: list[str]) -> int:
     time.sleep(delays().get("gcloud", 0))
     with state() as host:
         value = host["secrets"].get(f"{options.get('project')}/{options.get('secret')}")
-        denied_until = host.get("secret_denied_until")
-    if denied_until is not None and time.time() < denied_until:
+        # A grant that applies ``secret_denied_for_s`` after the first read (IAM propagation).
+        if "secret_denied_for_s" in host:
+            host.setdefault("secret_denied_since", time.time())
+            denied = time.time() < host["secret_denied_since"] + host["secret_denied_for_s"]
+        else:
+            denied = False
+    if denied:
         # What gcloud prints for Secret Manager's 403 (a missing or not yet applied grant).
         return err(
             "ERROR: (gcloud.secrets.versions.access) PERMISSION_DENIED: Permission "

@@ -35,6 +35,7 @@ STACKS = ("dev", "europe-west4", "asia-southeast1")
 # What the mocked pulumi-random hands out as the generated API key.
 MOCK_API_KEY = "k3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3y"
 MOCK_IP = "203.0.113.10"
+COMPUTE = "https://www.googleapis.com/compute/v1"
 
 
 def secret_value(value: Any) -> Any:
@@ -67,6 +68,14 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 "url": f"gs://{inputs.get('name') or args.name + '-9f8e7d6'}",
             },
             "random:index/randomPassword:RandomPassword": lambda: {"result": MOCK_API_KEY},
+            "gcp:compute/network:Network": lambda: {
+                "selfLink": f"{COMPUTE}/projects/{GCP_PROJECT}/global/networks/{inputs['name']}"
+            },
+            "gcp:compute/subnetwork:Subnetwork": lambda: {
+                "selfLink": (
+                    f"{COMPUTE}/projects/{GCP_PROJECT}/regions/{inputs['region']}/subnetworks/{inputs['name']}"
+                )
+            },
             "gcp:secretmanager/secret:Secret": lambda: {
                 "name": f"projects/123456789012/secrets/{inputs['secretId']}"
             },

@@ -5,7 +5,16 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from program_mocks import GCP_PROJECT, MOCK_API_KEY, MOCK_IP, Deployment, deploy, secret_value, stack_config
+from program_mocks import (
+    COMPUTE,
+    GCP_PROJECT,
+    MOCK_API_KEY,
+    MOCK_IP,
+    Deployment,
+    deploy,
+    secret_value,
+    stack_config,
+)
 
 from infra.boot_script import render_boot_script
 from infra.config import ConfigError, parse_config
@@ -13,6 +22,8 @@ from infra.model_cache import model_bucket_name, model_object_name
 
 INSTANCE = "gcp:compute/instance:Instance"
 FIREWALL = "gcp:compute/firewall:Firewall"
+NETWORK = "gcp:compute/network:Network"
+SUBNETWORK = "gcp:compute/subnetwork:Subnetwork"
 BUCKET = "gcp:storage/bucket:Bucket"
 ACCOUNT = "gcp:serviceaccount/account:Account"
 BUCKET_IAM = "gcp:storage/bucketIAMMember:BucketIAMMember"
@@ -89,19 +100,37 @@ def test_every_resource_has_its_api_enabled(deployed: Deployment) -> None:
         assert api in enabled, f"{token} needs {api}, which the program does not enable"
 
 
-def test_network_without_ranges_opens_only_iap(deployed: Deployment) -> None:
-    (rule,) = deployed.of_type(FIREWALL)
+def test_network_is_our_own_vpc_with_a_private_google_access_subnet(deployed: Deployment, stack: str) -> None:
+    cfg = parse_config(stack_config(stack))
+    vpc = deployed.one(NETWORK).inputs
+    subnet = deployed.one(SUBNETWORK).inputs
+    assert vpc["name"] == f"qwen36-{stack}" and vpc["autoCreateSubnetworks"] is False
+    assert subnet["region"] == cfg.region and subnet["privateIpGoogleAccess"] is True
+    vpc_link = f"{COMPUTE}/projects/{GCP_PROJECT}/global/networks/qwen36-{stack}"
+    subnet_link = f"{COMPUTE}/projects/{GCP_PROJECT}/regions/{cfg.region}/subnetworks/{subnet['name']}"
+    (nic,) = deployed.one(INSTANCE).inputs["networkInterfaces"]
+    assert nic["network"] == vpc_link and nic["subnetwork"] == subnet_link
+    assert all(r.inputs["network"] == vpc_link for r in deployed.of_type(FIREWALL))
+
+
+def test_network_without_ranges_opens_only_iap_and_health_checks(deployed: Deployment) -> None:
+    rules = {r.name: r.inputs for r in deployed.of_type(FIREWALL)}
+    assert set(rules) == {"network-iap", "network-health-checks"}
     vm = deployed.one(INSTANCE).inputs
-    assert rule.inputs["sourceRanges"] == [IAP_RANGE]
-    assert rule.inputs["allows"] == [{"protocol": "tcp", "ports": ["22", "8080"]}]
-    assert rule.inputs["targetTags"] == vm["tags"]
-    assert rule.inputs["direction"] == "INGRESS"
+    iap, probes = rules["network-iap"], rules["network-health-checks"]
+    assert iap["sourceRanges"] == [IAP_RANGE]
+    assert iap["allows"] == [{"protocol": "tcp", "ports": ["22", "8080"]}]
+    assert probes["sourceRanges"] == ["35.191.0.0/16", "130.211.0.0/22"]
+    assert probes["allows"] == [{"protocol": "tcp", "ports": ["8080"]}]
+    for rule in rules.values():
+        assert rule["targetTags"] == vm["tags"]
+        assert rule["direction"] == "INGRESS"
 
 
 def test_network_with_ranges_opens_8080_to_them_only(stack: str) -> None:
     d = deploy(stack, {"sourceRanges": ["198.51.100.7/32", "203.0.113.0/24"]})
     rules = {r.name: r.inputs for r in d.of_type(FIREWALL)}
-    assert set(rules) == {"network-server", "network-iap"}
+    assert set(rules) == {"network-server", "network-iap", "network-health-checks"}
     public = rules["network-server"]
     assert public["sourceRanges"] == ["198.51.100.7/32", "203.0.113.0/24"]
     assert public["allows"] == [{"protocol": "tcp", "ports": ["8080"]}]
