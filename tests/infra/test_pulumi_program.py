@@ -145,6 +145,12 @@ def test_model_bucket_is_private_regional_and_kept(deployed: Deployment, stack: 
     assert bucket.inputs["publicAccessPrevention"] == "enforced"
     assert bucket.inputs["forceDestroy"] is False
     assert deployed.registrations[bucket.name].retain_on_delete is True
+    # A cache: no 7 days of billed soft-deleted copies of a replaced 22 GB object.
+    assert bucket.inputs["softDeletePolicy"] == {"retentionDurationSeconds": 0}
+    assert (
+        bucket.inputs["labels"]["app"] == "qwen36-mtp-l4"
+        and bucket.inputs["labels"]["stack"] == f"qwen36-{stack}"
+    )
 
 
 def test_model_bucket_kept_by_an_earlier_deployment_is_adopted(stack: str) -> None:
@@ -169,8 +175,18 @@ def test_model_bucket_opt_out_is_destroyed_with_contents() -> None:
     bucket = d.one(BUCKET)
     assert bucket.inputs["forceDestroy"] is True
     assert d.registrations[bucket.name].retain_on_delete is False
-    # Not adopted: its inputs (forceDestroy) would not match the kept bucket's.
-    assert d.registrations[bucket.name].import_id == ""
+    # Kept while keepModelBucket was true, so adopted now (a create would fail with 409); the
+    # import then updates it to forceDestroy true.
+    assert d.registrations[bucket.name].import_id == existing
+
+
+def test_a_bucket_of_our_name_that_is_not_ours_is_refused_with_a_message() -> None:
+    cfg = parse_config(stack_config("dev"))
+    name = model_bucket_name(GCP_PROJECT, "qwen36-dev", cfg.region)
+    for labels in ({}, {"app": "qwen36-mtp-l4", "stack": "qwen36-prod"}):
+        with pytest.raises(Exception, match=rf"gs://{name} already exists .* is not this stack's") as raised:
+            deploy("dev", foreign_buckets={name: labels})
+        assert "app=qwen36-mtp-l4, stack=qwen36-dev" in str(raised.value)
 
 
 def test_identity_is_dedicated_and_least_privilege(deployed: Deployment) -> None:
