@@ -10,8 +10,9 @@ The headline is the token-weighted rate: all tokens generated over all decode ti
 (``tokens_predicted_total / tokens_predicted_seconds_total``). The mean of per-request rates is
 reported next to it, with the slowest workload: a mean of rates weighs a short, fast request as
 much as a long one, and on a server with a noisy neighbour it ran 5-6.5 % above ``/metrics``.
-llama.cpp's per-request ``timings`` count one token fewer than ``/metrics`` does (issue 15), so
-with few tokens per request the two differ by about 1/predicted_n.
+Per-request ``timings`` were seen to count one token fewer than ``/metrics`` (issue 15), which
+would put the two about 1/predicted_n apart; the pinned b11434 build counted the same tokens both
+ways in tests/bench/test_bench_server.py.
 """
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ def bench_markdown(result: BenchResult) -> str:
         f"{'s' if result.reps != 1 else ''} per "
         "workload after one uncounted warm-up; decode tok/s is the server's `timings.predicted_per_second`. "
         "The headline is token-weighted (all tokens over all decode time, as the server's `/metrics`); "
-        "per-request `timings` count one token fewer than `/metrics`."
+        "per-request `timings` may count one token fewer than `/metrics`."
     )
     return "\n".join(lines) + "\n"
 

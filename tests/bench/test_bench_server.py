@@ -194,5 +194,5 @@ def test_headline_equals_the_servers_metrics_under_a_noisy_neighbour(
         f"timings count {timed_tokens} tokens"
     )
     assert result.weighted_tps == pytest.approx(server_rate, rel=0.01)
-    # At most one token a request apart (llama.cpp's timings count one fewer than /metrics).
+    # At most one token a request apart (timings were seen to count one fewer than /metrics).
     assert 0 <= tokens - timed_tokens <= result.completed
