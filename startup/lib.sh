@@ -63,11 +63,11 @@ GA_PROGRESS=$(scaled "$GA_PROGRESS_MIN_S")
 BOOT_ID=${QWEN36_BOOT_ID:-$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo unknown-boot)}
 export QWEN36_BOOT_ID=$BOOT_ID
 
-put_attr() {
+put_report() {
   # Best effort: a metadata hiccup must not fail the script; the deployer's wait is bounded.
   # NOTE: guest attributes need the metadata header and enable-guest-attributes=TRUE on the VM.
   curl -fsS -o /dev/null -X PUT --max-time "$GUEST_ATTR_TIMEOUT_S" -H 'Metadata-Flavor: Google' \
-    --data-raw "$2" "$GA_URL/$1" 2>/dev/null || log "warning: could not write the guest attribute $1"
+    --data-raw "$1" "$GA_REPORT_URL" 2>/dev/null || log "warning: could not write the guest attribute $GA_KEY_REPORT"
 }
 
 one_line() {
@@ -121,8 +121,8 @@ ga_admit() {
   # 1 when it is skipped. MODE "must" (a terminal report) waits for room; "step" is written when
   # there is room and its phase was not written in the last GA_PROGRESS_MIN_S, else skipped (its
   # journal line stays). Called with the ledger locked.
-  local mode=$1 phase=$2 verdict pause round
-  for round in 1 2 3; do
+  local mode=$1 phase=$2 verdict pause
+  for _ in 1 2 3; do
     : >"$GA_LEDGER.tmp"
     read -r verdict pause < <(ga_decide "$mode" "$phase")
     case $verdict in
@@ -157,7 +157,7 @@ phase_report() {
     return 0
   fi
   if ga_admit "$mode" "$phase"; then
-    put_attr "$GA_KEY_REPORT" "$phase $now $BOOT_ID $detail"
+    put_report "$phase $now $BOOT_ID $detail"
   fi
   exec {lock}>&-
 }
