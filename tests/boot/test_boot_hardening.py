@@ -4,7 +4,13 @@ the last word, and a key that can no longer be read."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
 from infra import boot_protocol
+from infra.boot_script import BODY_PATH, lib_variables
 from tests.boot.metadata_server import Write
 from tests.boot.rate import measure
 from tests.boot.sandbox import BootResult, Sandbox
@@ -160,3 +166,17 @@ def test_a_secret_denied_past_the_bound_fails_naming_the_role(make_sandbox: Sand
     assert waited >= SECRET_IAM_WAIT_S - 60, (waited, len(calls))
     assert 5 <= len(calls) <= 20, len(calls)
     assert sandbox.health() is None
+
+
+def test_the_bash_writer_sanitises_a_detail_as_boot_protocol_does(tmp_path: Path) -> None:
+    detail = "line one\n\tline two   \r\n  'quoted' \"too\" $(not run) " + "x" * 2000
+    lib = (BODY_PATH.parent / "lib.sh").read_text()
+    variables = "".join(f"{k}='{v}'\n" for k, v in lib_variables().items())
+    script = tmp_path / "one_line.sh"
+    script.write_text(f'{variables}\n{lib}\none_line "$DETAIL"\n')
+    env = {"PATH": os.environ["PATH"], "DETAIL": detail, "QWEN36_STATE_DIR": str(tmp_path)}
+    out = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, check=True).stdout
+    expected = boot_protocol.format_report(
+        boot_protocol.Report("boot", datetime.now(UTC), "id", detail)
+    ).split(" ", 3)[3]
+    assert out == expected
