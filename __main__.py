@@ -30,6 +30,7 @@ network = NetworkAccess(
     "network",
     NetworkAccessArgs(
         project=project,
+        region=cfg.region,
         network_tag=network_tag,
         # A fleet's clients reach the load balancer, where Cloud Armor enforces sourceRanges; its
         # members' 8080 admits only Google's ranges.
@@ -68,7 +69,17 @@ api_key = (
 
 # The tooling image has docker and the server image baked in; without one the stock image is used.
 tooling = (
-    ToolingImage("tooling", ToolingImageArgs(cfg=cfg, project=project, depends_on=[apis]))
+    ToolingImage(
+        "tooling",
+        ToolingImageArgs(
+            cfg=cfg,
+            project=project,
+            deployment=name,
+            network=network.network_name,
+            subnetwork=network.subnetwork_name,
+            depends_on=[apis, network],
+        ),
+    )
     if cfg.build_tooling_image
     else None
 )
@@ -89,6 +100,8 @@ server = ServerGroup(
         # server's group to 0 and `qwen36 wake` back: Pulumi must not set the size back on its own.
         target_size=None if cfg.autoscaled else cfg.replicas,
         ignore_changes=list(AUTOSTOP_IGNORES) if cfg.autoscaled or cfg.autostop_minutes else [],
+        network=network.network,
+        subnetwork=network.subnetwork,
         labels=labels,
         # The boot reads the bucket, the secret and through the firewall from its first second.
         depends_on=[apis, network, identity, cache] + ([api_key] if api_key else []),

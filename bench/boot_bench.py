@@ -162,7 +162,9 @@ class World:
 
 
 def _span(result: BootResult, first: Callable[[str], bool], last: Callable[[str], bool]) -> float | None:
-    details = [(w.t, w.value) for w in result.writes if w.key == "detail"]
+    # The journal's reports with the time each line came out: the guest attribute carries only
+    # the rationed ones (startup/lib.sh).
+    details = [(r.t, r.detail) for r in result.reports]
     start = next((t for t, v in details if first(v)), None)
     end = next((t for t, v in details if last(v)), None)
     return end - start if start is not None and end is not None else None

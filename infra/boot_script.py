@@ -50,9 +50,11 @@ def lib_variables() -> dict[str, str]:
     """The config-block values startup/lib.sh and both bodies read; both renderers emit them."""
     return {
         "GA_NAMESPACE": boot_protocol.NAMESPACE,
-        "GA_KEY_PHASE": boot_protocol.KEY_PHASE,
-        "GA_KEY_DETAIL": boot_protocol.KEY_DETAIL,
-        "GA_KEY_TIME": boot_protocol.KEY_TIME,
+        "GA_KEY_REPORT": boot_protocol.KEY_REPORT,
+        "GA_SCRIPT_WRITES_PER_MINUTE": str(boot_protocol.SCRIPT_WRITES_PER_MINUTE),
+        "GA_MIN_GAP_S": str(boot_protocol.SCRIPT_MIN_GAP_S),
+        "GA_PROGRESS_MIN_S": str(boot_protocol.PROGRESS_MIN_INTERVAL_S),
+        "DETAIL_MAX_CHARS": str(boot_protocol.DETAIL_MAX_CHARS),
         "PHASE_READY": boot_protocol.PHASE_READY,
         "PHASE_FAILED": boot_protocol.PHASE_FAILED,
     }

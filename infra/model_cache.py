@@ -3,7 +3,15 @@
 It outlives ``pulumi destroy`` by default: re-fetching 22 GB from Hugging Face costs minutes on
 every fresh deploy, while storing it costs cents a month. So that the next ``pulumi up`` of the
 stack finds it again, the bucket has a fixed name per project, stack and region and is adopted
-(``import_``) when it already exists.
+(``import_``) whenever it already exists and carries this stack's labels, whatever
+``keepModelBucket`` says now (it may have been true when the bucket was kept). An import whose
+inputs differ succeeds and then updates the bucket to the program's inputs (Pulumi's import
+option, https://www.pulumi.com/docs/iac/concepts/options/import/, since pulumi/pulumi#19339).
+A bucket of that name without our labels is refused with a message: it is not ours to adopt,
+nor to empty on destroy.
+
+Bucket names are global and public, so the name carries a digest of the project id, never the
+id itself. https://cloud.google.com/storage/docs/buckets#naming
 """
 
 from __future__ import annotations
@@ -20,11 +28,21 @@ from infra.config import StackConfig
 from qwen36.cache_probe import CacheProbe, probe_model_cache
 
 MODELS_PREFIX = "models"
-# Bucket names: 3-63 characters of [a-z0-9._-], starting and ending with a letter or digit.
+# Bucket names: 3-63 characters of [a-z0-9._-], starting and ending with a letter or digit, not
+# starting with "goog" and not containing "google" or a close misspelling.
 # https://cloud.google.com/storage/docs/buckets#naming
 MAX_BUCKET_NAME = 63
 _BUCKET_UNSAFE = re.compile(r"[^a-z0-9-]+")
-_DIGEST_CHARS = 8
+_GOOGLE_LIKE = re.compile(r"g[o0]{2}g[l1]e")
+_RESERVED_PREFIX = "goog"
+_SAFE_PREFIX = "qwen36-"
+# 12 hex digits (48 bits) of the project's sha256: unique among any number of projects we will meet.
+_DIGEST_CHARS = 12
+# A cache: an overwritten or deleted 22 GB object is not worth keeping (billed) for the default
+# 7 days of soft delete. https://cloud.google.com/storage/docs/soft-delete
+SOFT_DELETE_RETENTION_S = 0
+# The labels that say a bucket is this stack's (infra's labels: app, stack).
+OWNER_LABELS = ("app", "stack")
 
 
 def model_object_name(cfg: StackConfig) -> str:
@@ -33,28 +51,52 @@ def model_object_name(cfg: StackConfig) -> str:
 
 
 def model_bucket_name(project: str, deployment: str, region: str) -> str:
-    """``<project>-<deployment>-<region>``; project ids are globally unique, so the name is free.
+    """``<deployment>-<region>-<digest of the project>``, e.g. ``qwen36-dev-us-central1-1f2e3d4c5b6a``.
 
-    Domain-scoped project ids (``example.com:proj``) lose their ':' and '.'; a name over 63
-    characters is cut and ends in a digest of the whole, so that two long names stay distinct.
+    The project id stays out of the public name; its digest keeps the name unique per project
+    (deployment and region keep it unique per stack). A readable part that would push the name
+    past 63 characters is cut, "google"-like words are dropped, and a name that would start with
+    "goog" gets our prefix.
     """
-    full = _BUCKET_UNSAFE.sub("-", f"{project}-{deployment}-{region}".lower()).strip("-")
-    if len(full) <= MAX_BUCKET_NAME:
-        return full
-    digest = hashlib.sha256(full.encode()).hexdigest()[:_DIGEST_CHARS]
-    return f"{full[: MAX_BUCKET_NAME - _DIGEST_CHARS - 1].rstrip('-')}-{digest}"
+    digest = hashlib.sha256(project.encode()).hexdigest()[:_DIGEST_CHARS]
+    readable = _BUCKET_UNSAFE.sub("-", f"{deployment}-{region}".lower())
+    readable = _GOOGLE_LIKE.sub("g", readable).strip("-")
+    if readable.startswith(_RESERVED_PREFIX):
+        readable = _SAFE_PREFIX + readable
+    readable = readable[: MAX_BUCKET_NAME - _DIGEST_CHARS - 1].rstrip("-")
+    return f"{readable}-{digest}" if readable else f"{_SAFE_PREFIX}{digest}"
 
 
-def kept_bucket(project: str, bucket: str) -> str | None:
-    """The import id of a bucket of this name that an earlier deployment kept, if there is one.
+class BucketNotOursError(ValueError):
+    pass
 
-    Listing needs only storage.buckets.list, which creating the bucket needs anyway. A failed
-    listing is not caught: without it the program cannot tell adopting from creating, and a guess
-    would fail later at the create with a 409. (The Cloud Storage API it calls is on in every new
-    project: https://cloud.google.com/service-usage/docs/enabled-service#default)
+
+def existing_bucket(project: str, bucket: str, owner: Mapping[str, str]) -> str | None:
+    """The import id of this stack's bucket when it exists (kept by an earlier deployment), else None.
+
+    Raises :class:`BucketNotOursError` when a bucket of that name exists in the project without
+    the ``owner`` labels. Listing needs only storage.buckets.list, which creating the bucket needs
+    anyway. A failed listing is not caught: without it the program cannot tell adopting from
+    creating, and a guess would fail later at the create with a 409. (The Cloud Storage API it
+    calls is on in every new project: https://cloud.google.com/service-usage/docs/enabled-service#default)
     """
     listed = gcp.storage.get_buckets(project=project, prefix=bucket)
-    return bucket if any(b.name == bucket for b in listed.buckets or []) else None
+    found = next((b for b in listed.buckets or [] if b.name == bucket), None)
+    if found is None:
+        return None
+    labels = dict(found.labels or {})
+    wanted = {key: owner[key] for key in OWNER_LABELS if key in owner}
+    mismatched = {key: labels.get(key) for key, value in wanted.items() if labels.get(key) != value}
+    if mismatched:
+        shown = ", ".join(f"{k}={v}" for k, v in wanted.items())
+        have = ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "none"
+        raise BucketNotOursError(
+            f"bucket gs://{bucket} already exists in project {project} but is not this stack's "
+            f"(it lacks the labels {shown}; its labels: {have}). The program neither adopts nor "
+            f"empties a bucket it did not make: delete or rename that bucket, or deploy this "
+            f"stack under another stack name."
+        )
+    return bucket
 
 
 @dataclass
@@ -80,8 +122,8 @@ class ModelCache(pulumi.ComponentResource):
         cfg = args.cfg
         keep = cfg.keep_model_bucket
         bucket_name = model_bucket_name(args.project, args.deployment, cfg.region)
-        # Only a kept bucket is adopted: its inputs then match what created it (forceDestroy false).
-        adopt = kept_bucket(args.project, bucket_name) if keep else None
+        # Adopted whenever it exists, kept or not: it was kept when keepModelBucket was true then.
+        adopt = existing_bucket(args.project, bucket_name, args.labels)
         self.bucket = gcp.storage.Bucket(
             f"{name}-bucket",
             project=args.project,
@@ -93,6 +135,9 @@ class ModelCache(pulumi.ComponentResource):
             # A kept bucket is only dropped from the state (retain_on_delete), never emptied; an
             # opted-out one must go even with the model in it, or destroy would fail.
             force_destroy=not keep,
+            soft_delete_policy=gcp.storage.BucketSoftDeletePolicyArgs(
+                retention_duration_seconds=SOFT_DELETE_RETENTION_S
+            ),
             labels=dict(args.labels),
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=list(args.depends_on), retain_on_delete=keep, import_=adopt

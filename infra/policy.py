@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import shlex
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,9 @@ TEMPLATE = "gcp:compute/regionInstanceTemplate:RegionInstanceTemplate"
 GROUP = "gcp:compute/regionInstanceGroupManager:RegionInstanceGroupManager"
 AUTOSCALER = "gcp:compute/regionAutoscaler:RegionAutoscaler"
 HEALTH_CHECK = "gcp:compute/healthCheck:HealthCheck"
+INSTANCE_TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
+REGION_INSTANCE_TEMPLATE = "gcp:compute/regionInstanceTemplate:RegionInstanceTemplate"
+SUBNETWORK = "gcp:compute/subnetwork:Subnetwork"
 FIREWALL = "gcp:compute/firewall:Firewall"
 BUCKET = "gcp:storage/bucket:Bucket"
 SECRET_VERSION = "gcp:secretmanager/secretVersion:SecretVersion"  # noqa: S105 (a type token)
@@ -62,6 +66,12 @@ class Violation:
         return f"[{self.rule}] {self.resource}: {self.message}"
 
 
+def _documented_secure_boot_exception() -> str:
+    from infra import shielded
+
+    return "" if shielded.SECURE_BOOT else shielded.SECURE_BOOT_EXCEPTION
+
+
 @dataclass(frozen=True)
 class PolicyContext:
     allow_public_internet: bool = False
@@ -71,6 +81,8 @@ class PolicyContext:
     addresses: Mapping[str, str] = field(default_factory=dict)
     # More than one server behind the load balancer (infra/fleet.py): 8080 then admits only Google.
     fleet: bool = False
+    # Why a VM may run with secure boot off (infra/shielded.py); empty: no exception.
+    secure_boot_exception: str = field(default_factory=_documented_secure_boot_exception)
 
 
 Rule = Callable[[Resource, PolicyContext], Iterator[str]]
@@ -385,6 +397,113 @@ def no_project_compute_admin_for_service_accounts(resource: Resource, _: PolicyC
             yield f"{role} on the whole project for {member}; grant only what it needs on its own group"
 
 
+# --- Rules for issue 15: GCE's rules that a first real deployment meets -------------------------
+
+_VMS = {INSTANCE, INSTANCE_TEMPLATE, REGION_INSTANCE_TEMPLATE}
+_DEFAULT_NETWORK = re.compile(r"(^|/)(networks|subnetworks)/default$|^default$")
+_ANYWHERE_V6 = ipaddress.ip_network("::/0")
+SSH_PORT = 22
+# https://cloud.google.com/storage/docs/buckets#naming
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+_GOOGLE_LIKE = re.compile(r"g[o0]{2}g[l1]e")
+
+
+def _builder_create(resource: Resource) -> list[str] | None:
+    """The argv of a local command's ``gcloud compute instances create``, if it has one."""
+    if resource.type != LOCAL_COMMAND:
+        return None
+    for line in str(resource.inputs.get("create") or "").splitlines():
+        if "gcloud compute instances create" in line:
+            return shlex.split(line.strip())
+    return None
+
+
+def no_default_network(resource: Resource, _: PolicyContext) -> Iterator[str]:
+    """Nothing on the project's `default` network: its default-allow-ssh rule opens tcp:22 to
+    0.0.0.0/0 on every VM, and some organizations have none
+    (https://cloud.google.com/vpc/docs/vpc#default-network)."""
+    places: list[tuple[str, Any]] = []
+    if resource.type in _VMS:
+        for i, nic in enumerate(resource.inputs.get("networkInterfaces") or []):
+            if not nic.get("network") and not nic.get("subnetwork"):
+                yield f"networkInterfaces[{i}] names no network: GCE puts it on `default`"
+            places += [(f"networkInterfaces[{i}].network", nic.get("network"))]
+            places += [(f"networkInterfaces[{i}].subnetwork", nic.get("subnetwork"))]
+    elif resource.type in {FIREWALL, SUBNETWORK}:
+        places.append(("network", resource.inputs.get("network")))
+    argv = _builder_create(resource)
+    if argv is not None:
+        flags = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
+        if "network" not in flags and "subnet" not in flags:
+            yield "gcloud compute instances create without --network: GCE puts the VM on `default`"
+        places += [("--network", flags.get("network")), ("--subnet", flags.get("subnet"))]
+    for where, value in places:
+        if isinstance(value, str) and _DEFAULT_NETWORK.search(value):
+            yield f"{where} is the project's default network ({value})"
+
+
+def _port_ranges(allow: Mapping[str, Any]) -> Iterator[tuple[int, int]]:
+    if allow.get("protocol") not in ("tcp", "all", "6"):
+        return
+    ports = allow.get("ports") or []
+    if not ports:
+        yield 0, 65535
+    for port in ports:
+        low, _, high = str(port).partition("-")
+        yield int(low), int(high or low)
+
+
+def no_ssh_from_anywhere(resource: Resource, _: PolicyContext) -> Iterator[str]:
+    """No ingress rule opens tcp:22 to the whole internet, opted in or not: SSH goes through IAP."""
+    if resource.type != FIREWALL or (resource.inputs.get("direction") or "INGRESS") != "INGRESS":
+        return
+    ranges = [ipaddress.ip_network(r, strict=False) for r in resource.inputs.get("sourceRanges") or []]
+    if not any(r in (_ANYWHERE, _ANYWHERE_V6) for r in ranges):
+        return
+    for allow in resource.inputs.get("allows") or []:
+        if any(low <= SSH_PORT <= high for low, high in _port_ranges(allow)):
+            yield "tcp:22 from 0.0.0.0/0: SSH comes through IAP (35.235.240.0/20) only"
+            return
+
+
+def secure_boot_on(resource: Resource, ctx: PolicyContext) -> Iterator[str]:
+    """Shielded VMs boot with secure boot, unless infra/shielded.py documents the exception."""
+    if resource.type not in _VMS:
+        return
+    shielded = resource.inputs.get("shieldedInstanceConfig") or {}
+    if shielded.get("enableSecureBoot") is not True and not ctx.secure_boot_exception:
+        yield "secure boot is off without a documented exception (infra/shielded.py)"
+
+
+def valid_bucket_name(resource: Resource, _: PolicyContext) -> Iterator[str]:
+    """GCS's naming rules, which GCS checks only at create time.
+    https://cloud.google.com/storage/docs/buckets#naming"""
+    if resource.type != BUCKET:
+        return
+    name = resource.inputs.get("name")
+    if not isinstance(name, str):
+        yield "no fixed bucket name: a later deploy could not find (adopt) the kept bucket"
+        return
+    if not _BUCKET_NAME.match(name) or ".." in name:
+        yield f"bucket name {name!r} is not 3-63 characters of [a-z0-9._-] starting and ending alphanumeric"
+    if name.startswith("goog"):
+        yield f"bucket name {name!r} starts with 'goog'"
+    if _GOOGLE_LIKE.search(name):
+        yield f"bucket name {name!r} contains 'google' or a close misspelling"
+
+
+def builder_not_default_account(resource: Resource, _: PolicyContext) -> Iterator[str]:
+    """The tooling-image builder runs as its own service account, never the default compute one."""
+    argv = _builder_create(resource)
+    if argv is None:
+        return
+    account = next((a.split("=", 1)[1] for a in argv if a.startswith("--service-account=")), None)
+    if account is None and "--no-service-account" not in argv:
+        yield "a builder created without --service-account gets the default compute account"
+    elif account is not None and account.endswith(DEFAULT_SA_SUFFIX):
+        yield f"the builder runs as the default compute service account {account}"
+
+
 RULES: tuple[Rule, ...] = (
     spot_is_preemptible_without_restart,
     gpu_terminates_on_maintenance,
@@ -400,6 +519,11 @@ RULES: tuple[Rule, ...] = (
     public_backend_has_armor,
     fleet_port_only_from_google,
     no_project_compute_admin_for_service_accounts,
+    no_default_network,
+    no_ssh_from_anywhere,
+    secure_boot_on,
+    valid_bucket_name,
+    builder_not_default_account,
 )
 PROGRAM_RULES: tuple[ProgramRule, ...] = (
     autoscaler_needs_even_or_balanced,

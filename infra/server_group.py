@@ -19,6 +19,7 @@ from infra.boot_script import render_boot_script
 from infra.config import StackConfig
 from infra.network import DEFAULT_NETWORK
 from infra.server_args import PORT
+from infra.shielded import shielded_instance_config
 
 # Google Cloud's guidance for VMs whose own SA is narrowed by IAM: the broad scope, with the
 # service account's roles doing the limiting. https://cloud.google.com/compute/docs/access/service-accounts#scopes_best_practice
@@ -235,11 +236,9 @@ class ServerGroup(pulumi.ComponentResource):
             service_account=gcp.compute.RegionInstanceTemplateServiceAccountArgs(
                 email=args.service_account_email, scopes=SCOPES
             ),
-            # Secure boot stays off: the Deep Learning VM's NVIDIA kernel module is not signed with a
-            # key that shielded VM trusts, so it would not load. vTPM and integrity monitoring still run.
-            # https://cloud.google.com/compute/docs/gpus/install-drivers-gpu#secure-boot
-            shielded_instance_config=gcp.compute.RegionInstanceTemplateShieldedInstanceConfigArgs(
-                enable_secure_boot=False, enable_vtpm=True, enable_integrity_monitoring=True
+            # vTPM and integrity monitoring on; secure boot as infra/shielded.py decides, with its reason.
+            shielded_instance_config=shielded_instance_config(
+                gcp.compute.RegionInstanceTemplateShieldedInstanceConfigArgs
             ),
             metadata=self.startup_script.apply(instance_metadata),
             tags=[args.network_tag],

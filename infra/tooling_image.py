@@ -9,7 +9,9 @@ stock image when it does not.
 
 The pipeline, in dependency order (each step waits for the one before):
 
-1. ``<name>-builder``: a small VM from the same base image, the bake script as its startup script;
+0. ``<name>-builder-sa``: the builder's own service account (its logs only, no other role);
+1. ``<name>-builder``: a small VM from the same base image, the bake script as its startup script,
+   on the stack's own network (infra/network.py);
 2. ``<name>-bake-wait``: the health gate's guest-attribute follower, until the bake reports ready;
 3. ``<name>-stop``: the builder stopped, so its disk is consistent;
 4. ``<name>-image``: the image from the builder's boot disk, retained when the stack forgets it;
@@ -38,7 +40,6 @@ from infra.bake_script import bake_script_hash, render_bake_script
 from infra.config import BOOT_DISK_BASE_GB, DISK_HEADROOM_GB, PROJECT, SERVER_IMAGE_GB, StackConfig
 from infra.health_gate import REPO_ROOT, wait_command
 from infra.llama_cpp import server_image
-from infra.network import DEFAULT_NETWORK
 
 # The bake needs no GPU: the NVIDIA driver and container toolkit come with the base image, and
 # `nvidia-ctk runtime configure` only edits docker's daemon.json. So the builder is a small
@@ -54,6 +55,23 @@ BAKE_TIMEOUT_MINUTES = 30
 BAKE_POLL_SECONDS = 10.0
 # Creating an image from a 60 GB disk takes minutes; the provider's default bound is shorter.
 IMAGE_CREATE_TIMEOUT = "30m"
+
+# The bake calls no Google API (apt and ghcr.io over the internet, its reports through the
+# metadata server), so its account holds one role: the guest's agents ship its journal to Cloud
+# Logging, where a failed bake can be read after the builder is gone. Its own account, never the
+# default compute one (project Editor in many projects).
+# https://cloud.google.com/compute/docs/access/service-accounts#default_service_account
+BUILDER_ROLES = ("roles/logging.logWriter",)
+BUILDER_SCOPES = "cloud-platform"
+BUILDER_ACCOUNT_SUFFIX = "-bake"
+# Service-account ids: 6-30 characters. https://cloud.google.com/iam/docs/service-accounts-create
+MAX_ACCOUNT_ID = 30
+# The guest OS features the server's boot disk needs from the image, set on it explicitly rather
+# than trusted to carry over from the builder's disk: UEFI_COMPATIBLE for a shielded VM (secure
+# boot, vTPM, integrity monitoring need UEFI), VIRTIO_SCSI_MULTIQUEUE for the disk's throughput,
+# GVNIC for the gVNIC network interface that G2 machines support.
+# https://cloud.google.com/compute/docs/images/create-custom#guest-os-features
+IMAGE_GUEST_OS_FEATURES = ("UEFI_COMPATIBLE", "VIRTIO_SCSI_MULTIQUEUE", "GVNIC")
 
 # Measured cold starts of the original (first boot to /health ok, model from the GCS cache).
 COLD_START_STOCK = "~3.5 min"
@@ -100,6 +118,12 @@ def builder_name(cfg: StackConfig) -> str:
     return f"qwen36-bake-b{cfg.llama_cpp_build}-{_bake_hash(cfg)}"
 
 
+def builder_account_id(deployment: str) -> str:
+    """The builder's service-account id: the deployment's name (per stack, so two stacks of one
+    project never share it) with ``-bake``, within the 30-character limit."""
+    return deployment[: MAX_ACCOUNT_ID - len(BUILDER_ACCOUNT_SUFFIX)].rstrip("-") + BUILDER_ACCOUNT_SUFFIX
+
+
 def family_url(project: str, family: str) -> str:
     """A family reference: GCE resolves it to the family's newest image when a disk is created."""
     return f"projects/{project}/global/images/family/{family}"
@@ -122,7 +146,9 @@ class Builder:
     name: str
     project: str
     zone: str
-    network: str = DEFAULT_NETWORK
+    network: str
+    subnetwork: str
+    service_account: str
 
     def _gcloud(self, verb: str, *extra: str) -> str:
         argv = [
@@ -149,12 +175,12 @@ class Builder:
             f"--image-family={cfg.image_family}",
             f"--boot-disk-size={BUILDER_DISK_GB}GB",
             f"--boot-disk-type={BUILDER_DISK_TYPE}",
-            # The server's network; the ephemeral external IP reaches apt and ghcr.io. No
-            # ingress is needed: the bake reports through guest attributes.
+            # The stack's own network (infra/network.py); the ephemeral external IP reaches apt
+            # and ghcr.io. No ingress is needed: the bake reports through guest attributes.
             f"--network={self.network}",
-            # The bake calls no Google API (guest attributes go through the metadata server).
-            "--no-service-account",
-            "--no-scopes",
+            f"--subnet={self.subnetwork}",
+            f"--service-account={self.service_account}",
+            f"--scopes={BUILDER_SCOPES}",
             "--shielded-vtpm",
             "--shielded-integrity-monitoring",
             "--no-shielded-secure-boot",
@@ -222,14 +248,20 @@ class ToolingImageArgs:
     cfg: StackConfig
     project: pulumi.Input[str]
     """The GCP project that holds the builder and the image family."""
+    deployment: str
+    """The deployment's name (``qwen36-dev``): the builder's service account is named after it."""
+    network: pulumi.Input[str]
+    """The stack's VPC (name or self link, infra/network.py)."""
+    subnetwork: pulumi.Input[str]
+    """Its subnet in the stack's region, which holds the builder's zone."""
     depends_on: Sequence[pulumi.Resource] = ()
-    """What must exist before the builder (the Compute API enabled)."""
-    network: str = DEFAULT_NETWORK
+    """What must exist before the builder (the Compute API enabled, the network)."""
 
 
 class ToolingImage(pulumi.ComponentResource):
     """Bakes one image into the build's family (see the module docstring for the steps)."""
 
+    account: gcp.serviceaccount.Account
     image: gcp.compute.Image
     family: str
     family_url: pulumi.Output[str]
@@ -240,8 +272,26 @@ class ToolingImage(pulumi.ComponentResource):
         cfg = args.cfg
         self.family = tooling_family(cfg.llama_cpp_build)
         script = render_bake_script(cfg)
-        builder = pulumi.Output.from_input(args.project).apply(
-            lambda project: Builder(builder_name(cfg), project, cfg.builder_zone, args.network)
+        self.account = gcp.serviceaccount.Account(
+            f"{name}-builder-sa",
+            project=args.project,
+            account_id=builder_account_id(args.deployment),
+            display_name="qwen36-mtp-l4 tooling-image builder",
+            description="The short-lived VM that bakes the tooling image; writes its logs only",
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+        )
+        grants = [
+            gcp.projects.IAMMember(
+                f"{name}-builder-{role.split('/')[-1].replace('.', '-').lower()}",
+                project=args.project,
+                role=role,
+                member=self.account.email.apply(lambda email: f"serviceAccount:{email}"),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            for role in BUILDER_ROLES
+        ]
+        builder = pulumi.Output.all(args.project, args.network, args.subnetwork, self.account.email).apply(
+            lambda v: Builder(builder_name(cfg), v[0], cfg.builder_zone, v[1], v[2], v[3])
         )
 
         self.builder = local.Command(
@@ -251,7 +301,9 @@ class ToolingImage(pulumi.ComponentResource):
             environment={BAKE_SCRIPT_ENV: script},
             # A replacement has the same name only if nothing changed; never two at once.
             opts=pulumi.ResourceOptions(
-                parent=self, delete_before_replace=True, depends_on=list(args.depends_on)
+                parent=self,
+                delete_before_replace=True,
+                depends_on=[*args.depends_on, self.account, *grants],
             ),
         )
         self.bake_wait = local.Command(
@@ -285,6 +337,9 @@ class ToolingImage(pulumi.ComponentResource):
                 f"and {server_image(cfg.llama_cpp_build)}"
             ),
             labels={"app": PROJECT, "llama-cpp-build": f"b{cfg.llama_cpp_build}"},
+            guest_os_features=[
+                gcp.compute.ImageGuestOsFeatureArgs(type=feature) for feature in IMAGE_GUEST_OS_FEATURES
+            ],
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=[self.stop],
@@ -303,7 +358,12 @@ class ToolingImage(pulumi.ComponentResource):
             lambda values: family_url(values[0], self.family)
         )
         self.register_outputs(
-            {"image_name": self.image.name, "family": self.family, "family_url": self.family_url}
+            {
+                "image_name": self.image.name,
+                "family": self.family,
+                "family_url": self.family_url,
+                "builder_account": self.account.email,
+            }
         )
 
 

@@ -15,13 +15,20 @@
 
 : "${SERVER_IMAGE:?rendered by infra/bake_script.py}"
 : "${GA_NAMESPACE:?rendered by infra/bake_script.py}"
-: "${GA_KEY_PHASE:?}" "${GA_KEY_DETAIL:?}" "${GA_KEY_TIME:?}" "${PHASE_READY:?}" "${PHASE_FAILED:?}"
+: "${GA_KEY_REPORT:?}" "${PHASE_READY:?}" "${PHASE_FAILED:?}"
 
 CURRENT_PHASE=bake-start
 
 report() {
-  CURRENT_PHASE=$1
-  phase_report 1 "$1" "$2"
+  # Terminal reports wait for room under the guest-attribute ration (startup/lib.sh); steps are
+  # best effort.
+  local mode=step
+  if [[ $1 == "$PHASE_READY" || $1 == "$PHASE_FAILED" ]]; then
+    mode=must
+  else
+    CURRENT_PHASE=$1
+  fi
+  phase_report "$mode" "$1" "$2"
 }
 
 on_error() {

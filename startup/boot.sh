@@ -30,8 +30,14 @@ NVIDIA_SMI_TIMEOUT_S=60
 DRIVER_INSTALL_TIMEOUT_S=1200   # dkms compiles the kernel module
 MODEL_FETCH_TIMEOUT_S=3600      # HuggingFace measured 300-480 s for the 22 GB file
 GCS_SLICES=8
-SECRET_ATTEMPTS=5               # a freshly granted secretAccessor role can take a minute to apply
+SECRET_ATTEMPTS=5               # errors other than a denial (network, 5xx)
 SECRET_TIMEOUT_S=60
+# IAM documents that a grant usually applies within 2 minutes and can take 7 or more; the grant
+# is made seconds before the VM, so a denial is "not yet" this long after the first one.
+# https://cloud.google.com/iam/docs/access-change-propagation
+SECRET_IAM_WAIT_S=480
+SECRET_BACKOFF_FIRST_S=10
+SECRET_BACKOFF_MAX_S=60
 HEALTH_POLLS=180
 HEALTH_POLL_S=5
 HEALTH_PROBE_TIMEOUT_S=5
@@ -45,6 +51,8 @@ CRASH_RESTARTS=3
 SELF_STAGE_TIMEOUT_S=3600
 SYSTEMCTL_TIMEOUT_S=30
 PUBLISHER_RESTART_S=10
+STOP_JOB_POLLS=20
+STOP_JOB_POLL_S=0.5
 LOG_TAIL_LINES=20
 
 CONTAINER_NAME=llama-server
@@ -65,18 +73,34 @@ DEGRADED=0
 KEY_CHANGED=0
 
 report() {
-  # Once a step has failed, the failure stays the last word even while a parallel step finishes.
-  local publish=1
-  if [[ -e $FAILED_FLAG && $1 != "$PHASE_FAILED" ]]; then
-    publish=0
+  # Terminal reports wait for room under the guest-attribute ration; steps are best effort. Once
+  # a step has failed, nothing but the failure is published.
+  local mode=step
+  if [[ $1 == "$PHASE_READY" || $1 == "$PHASE_FAILED" ]]; then
+    mode=must
   fi
-  phase_report "$publish" "$1" "$2"
+  if [[ -e $FAILED_FLAG && $1 != "$PHASE_FAILED" ]]; then
+    mode=off
+  fi
+  phase_report "$mode" "$1" "$2"
+}
+
+give_up() {
+  # give_up RC WHY: the failure, then exit. A parallel job only records it (journal and flag
+  # file): the main shell first stops the other job and everything it started (the download
+  # writes progress), then publishes the recorded reason, so the failure is the last report.
+  local rc=$1 why="$CURRENT_PHASE: $2"
+  printf '%s\n' "$why" >"$FAILED_FLAG"
+  if [[ $BASHPID != "$MAIN_PID" ]]; then
+    phase_report off "$PHASE_FAILED" "$why"
+  else
+    report "$PHASE_FAILED" "$why"
+  fi
+  exit "$rc"
 }
 
 fail() {
-  : >"$FAILED_FLAG"
-  report "$PHASE_FAILED" "$CURRENT_PHASE: $1"
-  exit 1
+  give_up 1 "$1"
 }
 
 on_error() {
@@ -86,9 +110,7 @@ on_error() {
     exit "$rc"
   fi
   trap - ERR
-  : >"$FAILED_FLAG"
-  report "$PHASE_FAILED" "$CURRENT_PHASE: '$cmd' exited $rc (line $line)"
-  exit "$rc"
+  give_up "$rc" "'$cmd' exited $rc (line $line)"
 }
 trap 'on_error $? $LINENO "$BASH_COMMAND"' ERR
 
@@ -280,7 +302,7 @@ prepare_model() {
   fi
   # An unverified file left at MODEL_PATH is checked by the fetch tool against the source's hash
   # and replaced atomically when it differs; a download cut off earlier resumes from its checkpoint.
-  local progress="$GA_URL/$GA_KEY_DETAIL"
+  local progress=$GA_REPORT_URL
   rc=3
   if [[ -n $MODEL_BUCKET ]]; then
     report "$PHASE_MODEL" "fetching gs://$MODEL_BUCKET/$MODEL_OBJECT"
@@ -314,21 +336,127 @@ prepare_model() {
   report "$PHASE_MODEL" "fetched and verified from HuggingFace"
 }
 
+process_tree() {
+  # process_tree PID: PID and every process below it, parents first (from /proc, no procps).
+  local stat line pid ppid rest
+  local -A children=()
+  for stat in /proc/[0-9]*/stat; do
+    { read -r line <"$stat"; } 2>/dev/null || continue
+    pid=${line%% *}
+    rest=${line##*) }
+    read -r _ ppid _ <<<"$rest"
+    children[$ppid]+=" $pid"
+  done
+  local -a queue=("$1")
+  local i=0 child
+  while ((i < ${#queue[@]})); do
+    for child in ${children[${queue[i]}]:-}; do
+      queue+=("$child")
+    done
+    i=$((i + 1))
+  done
+  echo "${queue[*]}"
+}
+
+stop_job() {
+  # stop_job PID: a parallel job and all it started (timeout gives its child a process group of
+  # its own, so the tree is walked, not the group signalled); SIGKILL after STOP_JOB_GRACE_S.
+  local -a tree
+  read -r -a tree <<<"$(process_tree "$1")"
+  log "stopping the other parallel job: processes ${tree[*]}"
+  kill -TERM "${tree[@]}" 2>/dev/null || true
+  local poll
+  for ((poll = 0; poll < STOP_JOB_POLLS; poll++)); do
+    kill -0 "${tree[@]}" 2>/dev/null || break
+    nap "$STOP_JOB_POLL_S"
+  done
+  kill -KILL "${tree[@]}" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
+
 prepare_in_parallel() {
   # The image pull (~170 s) and the model fetch (~72 s from GCS, minutes from HuggingFace) share
-  # nothing, so the boot costs the longer of the two, not their sum.
+  # nothing, so the boot costs the longer of the two, not their sum. The first to fail stops the
+  # other: a boot that has failed does no more work and reports nothing after its failure.
   (JOB_PID=$BASHPID && prepare_docker) &
   local docker_pid=$!
   (JOB_PID=$BASHPID && prepare_model) &
   local model_pid=$!
-  local docker_rc=0 model_rc=0
-  wait "$docker_pid" || docker_rc=$?
-  wait "$model_pid" || model_rc=$?
-  if ((docker_rc != 0 || model_rc != 0)); then
-    CURRENT_PHASE=$PHASE_PREPARE
-    [[ -e $FAILED_FLAG ]] && exit 1
-    fail "docker preparation exited $docker_rc, model preparation exited $model_rc"
+  local first="" other rc=0 other_rc=0 why
+  wait -n -p first "$docker_pid" "$model_pid" || rc=$?
+  other=$model_pid
+  if [[ $first == "$model_pid" ]]; then
+    other=$docker_pid
   fi
+  if ((rc != 0)); then
+    stop_job "$other"
+    other_rc=stopped
+  else
+    wait "$other" || other_rc=$?
+  fi
+  if [[ $rc != 0 || $other_rc != 0 ]]; then
+    CURRENT_PHASE=$PHASE_PREPARE
+    why="docker preparation or model preparation failed (exit $rc, then $other_rc)"
+    if [[ -s $FAILED_FLAG ]]; then
+      why=$(<"$FAILED_FLAG")
+    fi
+    report "$PHASE_FAILED" "$why"
+    exit 1
+  fi
+}
+
+secret_denied() {
+  # 0 when gcloud's error is Secret Manager's 401/403: the VM's account may not read the secret
+  # (yet). https://cloud.google.com/secret-manager/docs/reference/rest/v1/projects.secrets.versions/access
+  grep -qE 'PERMISSION_DENIED|UNAUTHENTICATED|\b40[13]\b' "$1"
+}
+
+withdraw_key() {
+  # A key that can no longer be read is not served: the container docker restarted at boot with
+  # the old key is stopped (so its restart policy leaves it down) and the old key file removed.
+  rm -f "$KEY_FILE"
+  command -v docker >/dev/null 2>&1 || return 0
+  if timeout "$DOCKER_CMD_TIMEOUT_S" docker inspect --format '{{.State.Running}}' "$CONTAINER_NAME" >/dev/null 2>&1; then
+    log "stopping $CONTAINER_NAME: its API key can no longer be read"
+    timeout "$DOCKER_CMD_TIMEOUT_S" docker stop "$CONTAINER_NAME" >/dev/null || log "warning: could not stop $CONTAINER_NAME"
+  fi
+}
+
+read_secret() {
+  # read_secret TMP: the secret's latest version into TMP. A denial is "not yet" for
+  # SECRET_IAM_WAIT_S after the first one (a grant made seconds before the VM takes minutes to
+  # apply: https://cloud.google.com/iam/docs/access-change-propagation), retried with backoff
+  # and reported; other errors get SECRET_ATTEMPTS tries. Sets READ_FAILURE on failure.
+  local tmp=$1 err="$SECRETS_DIR/.gcloud-error" attempt=0 pause=$SECRET_BACKOFF_FIRST_S first_denial="" waited
+  READ_FAILURE=""
+  while true; do
+    # The value only ever goes to a root-only file: never to stdout, the journal or a command line.
+    if (umask 077 && timeout "$SECRET_TIMEOUT_S" gcloud secrets versions access latest \
+      --secret="$API_KEY_SECRET" --project="$GCP_PROJECT" --quiet >"$tmp" 2>"$err") && [[ -s $tmp ]]; then
+      rm -f "$err"
+      return 0
+    fi
+    if secret_denied "$err"; then
+      first_denial=${first_denial:-$(ga_clock)}
+      waited=$(awk -v a="$(ga_clock)" -v b="$first_denial" 'BEGIN { printf "%.3f", a - b }')
+      if ! less_than "$waited" "$(scaled "$SECRET_IAM_WAIT_S")"; then
+        READ_FAILURE="permission denied on secret $API_KEY_SECRET in project $GCP_PROJECT for ${SECRET_IAM_WAIT_S} s, longer than IAM takes to apply a grant: the VM's service account needs roles/secretmanager.secretAccessor on it ($(one_line "$(head -c 300 "$err")"))"
+        break
+      fi
+      report "$PHASE_API_KEY" "secret $API_KEY_SECRET: permission denied, as while a fresh IAM grant applies (up to ~7 min); retrying for up to ${SECRET_IAM_WAIT_S} s"
+      nap "$pause"
+      pause=$((pause * 2 > SECRET_BACKOFF_MAX_S ? SECRET_BACKOFF_MAX_S : pause * 2))
+      continue
+    fi
+    attempt=$((attempt + 1))
+    if ((attempt >= SECRET_ATTEMPTS)); then
+      READ_FAILURE="could not read secret $API_KEY_SECRET after $SECRET_ATTEMPTS attempts ($(one_line "$(head -c 300 "$err")"))"
+      break
+    fi
+    nap "$RETRY_PAUSE_S"
+  done
+  rm -f "$tmp" "$err"
+  return 1
 }
 
 step_api_key() {
@@ -339,17 +467,11 @@ step_api_key() {
   fi
   report "$PHASE_API_KEY" "reading secret $API_KEY_SECRET"
   install -d -m 0700 "$SECRETS_DIR"
-  local tmp="$SECRETS_DIR/.llama-api-key.tmp" attempt ok=0
-  for ((attempt = 1; attempt <= SECRET_ATTEMPTS; attempt++)); do
-    # The value only ever goes to a root-only file: never to stdout, the journal or a command line.
-    if (umask 077 && timeout "$SECRET_TIMEOUT_S" gcloud secrets versions access latest \
-      --secret="$API_KEY_SECRET" --project="$GCP_PROJECT" --quiet >"$tmp") && [[ -s $tmp ]]; then
-      ok=1
-      break
-    fi
-    nap "$RETRY_PAUSE_S"
-  done
-  ((ok == 1)) || { rm -f "$tmp"; fail "could not read secret $API_KEY_SECRET after $SECRET_ATTEMPTS attempts"; }
+  local tmp="$SECRETS_DIR/.llama-api-key.tmp"
+  if ! read_secret "$tmp"; then
+    withdraw_key
+    fail "$READ_FAILURE"
+  fi
   chmod 0600 "$tmp"
   if [[ -f $KEY_FILE ]] && cmp -s "$tmp" "$KEY_FILE"; then
     rm -f "$tmp"

@@ -27,7 +27,6 @@ IMAGE_PULL_ATTEMPTS=3
 IMAGE_PULL_TIMEOUT_S=1200
 RETRY_PAUSE_S=10
 GUEST_ATTR_TIMEOUT_S=5
-DETAIL_MAX_CHARS=900
 
 scaled() {
   awk -v s="$1" -v k="$TIME_SCALE" 'BEGIN { printf "%.3f", s * k }'
@@ -45,37 +44,166 @@ log() {
   printf '%s qwen36: %s\n' "$(utc_now)" "$*"
 }
 
-put_attrs() {
-  # One curl for all the keys (--next starts the next request), so a report costs one process.
+# Guest-attribute writes are rationed: GCE documents about 10 a minute with bursts of 3 a second
+# and may drop the excess (manage-guest-attributes, above). The config block carries the script's
+# share from infra/boot_protocol.py (GA_SCRIPT_WRITES_PER_MINUTE, one at least GA_MIN_GAP_S after
+# another), which leaves room for the model download's progress (one every GA_PROGRESS_MIN_S at
+# most), and DETAIL_MAX_CHARS. A ledger on disk (both parallel boot jobs write reports, and it
+# outlives the ECC reboot) holds the recent writes; its windows run on the scaled clock, so the
+# sandbox keeps the same ratios in less time.
+: "${GA_SCRIPT_WRITES_PER_MINUTE:?}" "${GA_MIN_GAP_S:?}" "${GA_PROGRESS_MIN_S:?}" "${DETAIL_MAX_CHARS:?}"
+GA_LEDGER=${QWEN36_STATE_DIR:-/var/lib/qwen36}/guest-attribute-writes
+GA_LEDGER_LOCK_TIMEOUT_S=120
+GA_REPORT_URL="$GA_URL/${GA_KEY_REPORT:?set by the config block}"
+GA_WINDOW=$(scaled 60)
+GA_GAP=$(scaled "$GA_MIN_GAP_S")
+GA_PROGRESS=$(scaled "$GA_PROGRESS_MIN_S")
+# The model download's progress goes to the same key, in the same format (infra/boot_protocol.py),
+# so the tool it starts reads the boot id from the environment.
+BOOT_ID=${QWEN36_BOOT_ID:-$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo unknown-boot)}
+export QWEN36_BOOT_ID=$BOOT_ID
+
+put_report() {
   # Best effort: a metadata hiccup must not fail the script; the deployer's wait is bounded.
   # NOTE: guest attributes need the metadata header and enable-guest-attributes=TRUE on the VM.
-  # https://cloud.google.com/compute/docs/metadata/manage-guest-attributes
-  local -a requests=() keys=()
-  while (($# >= 2)); do
-    ((${#requests[@]} == 0)) || requests+=(--next)
-    requests+=(-fsS -o /dev/null -X PUT --max-time "$GUEST_ATTR_TIMEOUT_S" -H 'Metadata-Flavor: Google'
-      --data-raw "$2" "$GA_URL/$1")
-    keys+=("$1")
-    shift 2
+  curl -fsS -o /dev/null -X PUT --max-time "$GUEST_ATTR_TIMEOUT_S" -H 'Metadata-Flavor: Google' \
+    --data-raw "$1" "$GA_REPORT_URL" 2>/dev/null || log "warning: could not write the guest attribute $GA_KEY_REPORT"
+}
+
+one_line() {
+  # Whitespace and control characters to single spaces, trimmed, capped: the detail of a report
+  # (infra/boot_protocol.py format_report does the same).
+  local text
+  text=$(printf '%s' "$1" | tr -s '[:space:][:cntrl:]' ' ')
+  text=${text# }
+  text=${text% }
+  printf '%s' "${text:0:$DETAIL_MAX_CHARS}"
+}
+
+ga_clock() {
+  # Seconds with microseconds, from bash itself: a report costs as few processes as possible.
+  echo "${EPOCHREALTIME/,/.}"
+}
+
+less_than() {
+  awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'
+}
+
+ga_decide() {
+  # ga_decide MODE PHASE: one look at the ledger, one answer: "skip", "wait SECONDS" (no room
+  # this minute; MODE must only) or "write SECONDS" (write after that pause, which keeps
+  # GA_MIN_GAP_S). Also leaves the ledger's writes of the last minute in $GA_LEDGER.tmp.
+  awk -v now="$(ga_clock)" -v mode="$1" -v phase="$2" -v win="$GA_WINDOW" -v gap="$GA_GAP" \
+    -v progress="$GA_PROGRESS" -v budget="$GA_SCRIPT_WRITES_PER_MINUTE" -v kept="$GA_LEDGER.tmp" '
+    BEGIN { n = 0; last = -1; same = -1; oldest = -1 }
+    now - $1 < win {
+      n++; print > kept
+      if (oldest < 0 || $1 < oldest) oldest = $1
+      if ($1 > last) last = $1
+      if ($2 == phase && $1 > same) same = $1
+    }
+    END {
+      close(kept)
+      if (n >= budget) {
+        if (mode == "must") printf "wait %.3f\n", oldest + win - now
+        else print "skip"
+      } else if (mode == "step" && same >= 0 && now - same < progress) {
+        print "skip"
+      } else {
+        pause = last < 0 ? 0 : last + gap - now
+        printf "write %.3f\n", pause > 0 ? pause : 0
+      }
+    }' "$GA_LEDGER"
+}
+
+ga_admit() {
+  # ga_admit MODE PHASE: 0 when this report may be written now (and is entered in the ledger),
+  # 1 when it is skipped. MODE "must" (a terminal report) waits for room; "step" is written when
+  # there is room and its phase was not written in the last GA_PROGRESS_MIN_S, else skipped (its
+  # journal line stays). Called with the ledger locked.
+  local mode=$1 phase=$2 verdict pause
+  for _ in 1 2 3; do
+    : >"$GA_LEDGER.tmp"
+    read -r verdict pause < <(ga_decide "$mode" "$phase")
+    case $verdict in
+      skip) return 1 ;;
+      wait) sleep "$pause" ;;
+      write)
+        [[ $pause == 0.000 ]] || sleep "$pause"
+        break
+        ;;
+    esac
   done
-  curl "${requests[@]}" 2>/dev/null || log "warning: could not write guest attributes ${keys[*]}"
+  # Three rounds: the third is reached only when the clock jumped, and a terminal report is then
+  # written rather than lost.
+  printf '%s %s\n' "$(ga_clock)" "$phase" >>"$GA_LEDGER.tmp"
+  mv -f "$GA_LEDGER.tmp" "$GA_LEDGER"
 }
 
 phase_report() {
-  # phase_report PUBLISH PHASE DETAIL: the journal line always, the guest attributes when PUBLISH
-  # is 1 (the boot body withholds them once a step has failed).
-  local publish=$1 phase=$2 detail=${3:0:$DETAIL_MAX_CHARS} now
+  # phase_report MODE PHASE DETAIL: the journal line always; the guest attribute `report`
+  # (<phase> <utc-time> <boot-id> <detail>, infra/boot_protocol.py) when MODE is "must" or "step"
+  # and the ration allows (ga_admit); MODE "off" is the journal only (after a failure).
+  local mode=$1 phase=$2 detail now lock
+  detail=$(one_line "$3")
   now=$(utc_now)
   printf '%s qwen36: phase=%s %s\n' "$now" "$phase" "$detail"
-  if ((publish == 1)); then
-    put_attrs "$GA_KEY_DETAIL" "$detail" "$GA_KEY_TIME" "$now" "$GA_KEY_PHASE" "$phase"
+  [[ $mode != off ]] || return 0
+  [[ -f $GA_LEDGER ]] || { mkdir -p "${GA_LEDGER%/*}" && : >>"$GA_LEDGER"; }
+  exec {lock}>>"$GA_LEDGER.lock"
+  if ! flock -w "$GA_LEDGER_LOCK_TIMEOUT_S" "$lock"; then
+    log "warning: the guest-attribute ledger stayed locked; report not written"
+    exec {lock}>&-
+    return 0
   fi
+  if ga_admit "$mode" "$phase"; then
+    put_report "$phase $now $BOOT_ID $detail"
+  fi
+  exec {lock}>&-
+}
+
+# A power cut while dpkg unpacks (docker.io, a driver package) leaves its journal in updates/, and
+# every later apt-get stops with "dpkg was interrupted, you must manually run 'dpkg --configure -a'"
+# (exit 100): apt's own check (apt-pkg/deb/debsystem.cc, CheckUpdates) looks for that journal.
+# https://manpages.ubuntu.com/manpages/jammy/man1/dpkg.1.html (--configure -a)
+DPKG_DIR=${QWEN36_DPKG_DIR:-/var/lib/dpkg}
+DPKG_RECOVER_TIMEOUT_S=900
+DPKG_RECOVER_ATTEMPTS=3
+
+dpkg_interrupted() {
+  local entry
+  for entry in "$DPKG_DIR"/updates/*; do
+    [[ ${entry##*/} =~ ^[0-9]+$ ]] && return 0
+  done
+  return 1
+}
+
+recover_dpkg() {
+  # Finish what the cut-off dpkg run started (configure the unpacked packages, then let apt
+  # complete or reinstall a half-unpacked one); bounded, and retried while another dpkg (the
+  # image's unattended-upgrades) holds the lock. A recovery that fails is logged: the apt step
+  # after it then fails with apt's own message.
+  dpkg_interrupted || return 0
+  local attempt
+  for ((attempt = 1; attempt <= DPKG_RECOVER_ATTEMPTS; attempt++)); do
+    log "dpkg was interrupted (a power cut during a package install); dpkg --configure -a, attempt $attempt"
+    if DEBIAN_FRONTEND=noninteractive timeout "$DPKG_RECOVER_TIMEOUT_S" dpkg --force-confdef --force-confold --configure -a &&
+      DEBIAN_FRONTEND=noninteractive timeout "$DPKG_RECOVER_TIMEOUT_S" \
+        apt-get -o "DPkg::Lock::Timeout=$APT_LOCK_TIMEOUT_S" -y -f install; then
+      log "dpkg recovered"
+      return 0
+    fi
+    nap "$RETRY_PAUSE_S"
+  done
+  log "warning: dpkg could not be recovered after $DPKG_RECOVER_ATTEMPTS attempts"
 }
 
 apt_get() {
-  # apt_get LIMIT ARGS...: one bounded, non-interactive apt-get that waits for the dpkg lock.
+  # apt_get LIMIT ARGS...: one bounded, non-interactive apt-get that waits for the dpkg lock,
+  # after recovering an interrupted dpkg.
   local limit=$1
   shift
+  recover_dpkg
   DEBIAN_FRONTEND=noninteractive timeout "$limit" apt-get -o "DPkg::Lock::Timeout=$APT_LOCK_TIMEOUT_S" -y "$@"
 }
 

@@ -48,6 +48,8 @@ class Completion:
     draft_n: int | None
     draft_n_accepted: int | None
     wall_s: float
+    predicted_ms: float = 0.0
+    """The decode time behind ``predicted_per_second`` (``timings.predicted_ms``)."""
 
 
 def normalize_url(url: str) -> str:
@@ -86,14 +88,19 @@ def parse_completion(payload: Any, wall_s: float) -> Completion:
         )
     draft_n = timings.get("draft_n")
     accepted = timings.get("draft_n_accepted")
+    predicted_n = int(timings.get("predicted_n", 0))
+    rate = float(timings["predicted_per_second"])
+    # predicted_ms is in every llama-server's timings; derived from the rate should one lack it.
+    fallback_ms = predicted_n / rate * 1000.0 if rate > 0 else 0.0
     return Completion(
         prompt_n=int(timings.get("prompt_n", 0)),
         prompt_per_second=float(timings.get("prompt_per_second", 0.0)),
-        predicted_n=int(timings.get("predicted_n", 0)),
-        predicted_per_second=float(timings["predicted_per_second"]),
+        predicted_n=predicted_n,
+        predicted_per_second=rate,
         draft_n=int(draft_n) if draft_n is not None else None,
         draft_n_accepted=int(accepted) if accepted is not None else None,
         wall_s=wall_s,
+        predicted_ms=float(timings.get("predicted_ms", fallback_ms)),
     )
 
 

@@ -58,6 +58,8 @@ def bench_json(result: BenchResult) -> dict[str, Any]:
                 "prompt_tps": _r(w.prompt_tps) if w.samples else None,
                 "wall_s": _r(w.wall_s, 3) if w.samples else None,
                 "predicted_n": w.predicted_n,
+                "decode_s": _r(w.decode_s, 4),
+                "weighted_decode_tps": _r(w.weighted_tps),
                 "acceptance": _r(w.acceptance, 4),
                 "draft_n": drafts[1] if drafts else None,
                 "draft_n_accepted": drafts[0] if drafts else None,
@@ -67,6 +69,7 @@ def bench_json(result: BenchResult) -> dict[str, Any]:
                         "prompt_tps": _r(s.prompt_per_second),
                         "predicted_n": s.predicted_n,
                         "decode_tps": _r(s.predicted_per_second),
+                        "decode_ms": _r(s.predicted_ms, 3),
                         "draft_n": s.draft_n,
                         "draft_n_accepted": s.draft_n_accepted,
                         "wall_s": _r(s.wall_s, 3),
@@ -86,6 +89,7 @@ def bench_json(result: BenchResult) -> dict[str, Any]:
         },
         "workloads": workloads,
         "summary": {
+            "weighted_decode_tps": _r(result.weighted_tps),
             "mean_decode_tps": _r(result.mean_tps),
             "min_decode_tps": _r(minimum.decode_tps) if minimum else None,
             "min_workload": minimum.name if minimum else None,
@@ -114,7 +118,10 @@ def bench_table(result: BenchResult) -> Table:
     minimum = result.minimum
     if minimum is not None:
         table.add_section()
-        table.add_row("mean", _fmt(result.mean_tps), _pct(result.acceptance), "", "", "")
+        table.add_row(
+            "token-weighted (headline)", _fmt(result.weighted_tps), _pct(result.acceptance), "", "", ""
+        )
+        table.add_row("mean of requests", _fmt(result.mean_tps), "", "", "", "")
         table.add_row(f"minimum ({minimum.name})", _fmt(minimum.decode_tps), "", "", "", "")
     return table
 
@@ -131,13 +138,17 @@ def bench_markdown(result: BenchResult) -> str:
     ]
     minimum = result.minimum
     if minimum is not None:
-        lines.append(f"| **mean** | **{_fmt(result.mean_tps)}** | {_pct(result.acceptance)} | | |")
+        headline = _fmt(result.weighted_tps)
+        lines.append(f"| **token-weighted (headline)** | **{headline}** | {_pct(result.acceptance)} | | |")
+        lines.append(f"| mean of requests | {_fmt(result.mean_tps)} | | | |")
         lines.append(f"| **minimum ({minimum.name})** | **{_fmt(minimum.decode_tps)}** | | | |")
     lines.append("")
     lines.append(
         f"Greedy, prompt cache off, {result.max_tokens} new tokens, {result.reps} distinct prompt"
         f"{'s' if result.reps != 1 else ''} per "
-        "workload after one uncounted warm-up; decode tok/s is the server's `timings.predicted_per_second`."
+        "workload after one uncounted warm-up; decode tok/s is the server's `timings.predicted_per_second`. "
+        "The headline is token-weighted (all tokens over all decode time, as the server's `/metrics`); "
+        "per-request `timings` may count one token fewer than `/metrics`."
     )
     return "\n".join(lines) + "\n"
 

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
-from qwen36.bench.workloads import WORKLOAD_NAMES
+from qwen36.bench.bench import run_bench
+from qwen36.bench.client import Client
+from qwen36.bench.workloads import WORKLOAD_NAMES, WORKLOADS
 from tests.bench.servers import TEST_KEY, CliRun, count_completions, serve, validate
 from tests.harness.server import free_port
 
@@ -137,3 +142,57 @@ def test_server_killed_mid_run_keeps_partial_results(
     assert doc["summary"]["min_decode_tps"] is not None
     line = _error_line(run)
     assert "stopped answering mid-run" in line and "partial results" in line
+
+
+# Enough tokens per request that the one-token difference between timings and /metrics stays
+# well under the 1 % the headline is held to (1/200 = 0.5 %).
+NOISY_MAX_TOKENS = 200
+NOISY_WORKLOADS = 3
+NOISY_REPS = 2
+NOISY_REQUEST_TIMEOUT_S = 120.0
+
+
+def _metrics(base_url: str) -> dict[str, float]:
+    text = httpx.get(f"{base_url}/metrics", timeout=10).text
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("llamacpp:") and " " in line:
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
+def test_headline_equals_the_servers_metrics_under_a_noisy_neighbour(
+    llama_server_bin: Path, tiny_mtp_model_agreeing: Path, tmp_path: Path
+) -> None:
+    """The token-weighted headline is /metrics' own quotient while another process loads the CPU."""
+    # The neighbour: a busy loop on the same two cores as the server, for the whole measurement.
+    neighbour = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        with serve(llama_server_bin, tiny_mtp_model_agreeing, tmp_path, spec_draft_n_max=2) as server:
+            before = _metrics(server.base_url)
+            with Client(server.base_url, None, timeout_s=NOISY_REQUEST_TIMEOUT_S) as client:
+                result = run_bench(
+                    client, WORKLOADS[:NOISY_WORKLOADS], reps=NOISY_REPS, max_tokens=NOISY_MAX_TOKENS,
+                    warmup=False,
+                )  # fmt: skip
+            after = _metrics(server.base_url)
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+    assert result.error is None and result.completed == NOISY_WORKLOADS * NOISY_REPS
+    tokens = after["llamacpp:tokens_predicted_total"] - before.get("llamacpp:tokens_predicted_total", 0)
+    seconds = after["llamacpp:tokens_predicted_seconds_total"] - before.get(
+        "llamacpp:tokens_predicted_seconds_total", 0
+    )
+    server_rate = tokens / seconds
+    timed_tokens = sum(w.predicted_n for w in result.measured)
+    assert result.weighted_tps is not None and result.mean_tps is not None and result.minimum is not None
+    print(
+        f"/metrics {server_rate:.2f} tok/s ({tokens:.0f} tokens), headline {result.weighted_tps:.2f}, "
+        f"mean of requests {result.mean_tps:.2f}, min {result.minimum.decode_tps:.2f}; "
+        f"timings count {timed_tokens} tokens"
+    )
+    assert result.weighted_tps == pytest.approx(server_rate, rel=0.01)
+    # At most one token a request apart (timings were seen to count one fewer than /metrics).
+    assert 0 <= tokens - timed_tokens <= result.completed

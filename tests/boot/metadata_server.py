@@ -2,8 +2,10 @@
 
 Like the real one it refuses requests without ``Metadata-Flavor: Google``.
 https://cloud.google.com/compute/docs/metadata/querying-metadata
-Every guest-attribute write is kept with its arrival time, so tests read the whole sequence of phases
-a boot reported, and a test can cut the power the moment a given phase is reported.
+Every guest-attribute write (every PUT, whoever makes it: the boot script or the model download's
+progress) is kept with its arrival time and writer, so tests read the whole sequence of reports a
+boot made, count the writes against GCE's documented rate (tests/boot/rate.py), and cut the power
+the moment a given phase is reported.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ class Write:
     namespace: str
     key: str
     value: str
+    agent: str = ""
+    """The writer's User-Agent: curl for the boot script, the fetch tool's own for its progress."""
 
 
 class MetadataServer:
@@ -76,7 +80,7 @@ class MetadataServer:
                     self._reply(404)
                     return
                 namespace, _, key = self.path[len(GUEST_ATTRIBUTES) :].partition("/")
-                write = Write(time.time(), namespace, key, value)
+                write = Write(time.time(), namespace, key, value, self.headers.get("User-Agent", ""))
                 with server._lock:
                     server.writes.append(write)
                     server.attributes[(namespace, key)] = value

@@ -18,18 +18,21 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infra import boot_protocol
 from tests.boot.metadata_server import MetadataServer, Write
 from tests.boot.stubs import kill_session
 
-STUBS = ("nvidia-smi", "apt-get", "modprobe", "systemctl", "nvidia-ctk", "reboot", "gcloud", "docker")
+STUBS = ("nvidia-smi", "apt-get", "dpkg", "modprobe", "systemctl", "nvidia-ctk", "reboot", "gcloud", "docker")
 # Installed on a stock Deep Learning VM image before any boot; docker is not.
-PREINSTALLED = ("nvidia-smi", "apt-get", "modprobe", "systemctl", "nvidia-ctk", "reboot", "gcloud")
+PREINSTALLED = ("nvidia-smi", "apt-get", "dpkg", "modprobe", "systemctl", "nvidia-ctk", "reboot", "gcloud")
 REAL_TOOLS = (
     "bash", "sh", "env", "cat", "date", "sleep", "awk", "curl", "grep", "head", "tail", "tr", "cut",
     "stat", "mv", "rm", "mkdir", "install", "chmod", "cmp", "sync", "flock", "timeout", "sha256sum",
@@ -54,9 +57,12 @@ def base_python() -> str:
 
 @dataclass(frozen=True)
 class Report:
+    """A report as the journal shows it, published or not; ``t`` is when the line came out."""
+
     stamp: str
     phase: str
     detail: str
+    t: float = 0.0
 
 
 @dataclass
@@ -82,11 +88,19 @@ class BootResult:
     def commands(self, cmd: str) -> list[list[str]]:
         return [c["argv"] for c in self.calls if c["cmd"] == cmd]
 
+    def published(self) -> list[tuple[float, boot_protocol.Report]]:
+        """The boot script's reports written to the guest attribute, parsed, with their arrival times."""
+        return [(w.t, boot_protocol.parse_report(w.value)) for w in self.writes if _from_script(w)]
+
     def phase_writes(self) -> list[tuple[float, str]]:
-        return [(w.t, w.value) for w in self.writes if w.key == "phase"]
+        return [(t, r.phase) for t, r in self.published()]
 
     def ready_at(self) -> float | None:
         return next((t for t, phase in self.phase_writes() if phase == "ready"), None)
+
+    def reported_at(self, phase: str, detail: Callable[[str], bool] = lambda _: True) -> float | None:
+        """When the journal first showed such a report (published or not)."""
+        return next((r.t for r in self.reports if r.phase == phase and detail(r.detail)), None)
 
 
 @dataclass
@@ -230,6 +244,9 @@ class Sandbox:
             "QWEN36_SANDBOX_BOOT": str(number),
             "QWEN36_SANDBOX_DELAYS": json.dumps(self.delays),
             "QWEN36_SANDBOX_HTTP_PORT": str(self.port),
+            "QWEN36_DPKG_DIR": str(self.disk / "var/lib/dpkg"),
+            # The kernel's boot id changes on every boot (a new one per simulated power-on).
+            "QWEN36_BOOT_ID": f"{number}-{uuid.uuid4()}",
         }
         if kill_at_call:
             env["QWEN36_SANDBOX_KILL_AT"] = kill_at_call
@@ -266,18 +283,36 @@ class Sandbox:
         first_write = len(self.metadata.writes)
         log_path = self.root / f"boot-{number}.log"
         killed = False
+        lines: list[tuple[float, str]] = []
         with log_path.open("w") as log:
             process = subprocess.Popen(
-                ["bash", str(self.script_path)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                ["bash", str(self.script_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 cwd=self.root, start_new_session=True,
             )  # fmt: skip
 
             def cut(write: Write) -> None:
                 nonlocal killed
-                if write.key == "phase" and write.value == kill_at_phase:
+                if _from_script(write) and boot_protocol.parse_report(write.value).phase == kill_at_phase:
                     killed = True
                     _killpg(process.pid)
 
+            def journal() -> None:
+                # Every line with the moment it came out; a report the ration kept off the guest
+                # attributes still cuts the power at its phase, from its journal line.
+                nonlocal killed
+                assert process.stdout is not None
+                for raw in process.stdout:
+                    text = raw.decode(errors="replace")
+                    lines.append((time.time(), text.rstrip("\n")))
+                    log.write(text)
+                    log.flush()
+                    match = _REPORT.match(text.rstrip("\n"))
+                    if kill_at_phase and match and match[2] == kill_at_phase:
+                        killed = True
+                        _killpg(process.pid)
+
+            reader = threading.Thread(target=journal, daemon=True)
+            reader.start()
             self.metadata.on_write = cut if kill_at_phase else None
             deadline = time.monotonic() + timeout
             try:
@@ -288,22 +323,25 @@ class Sandbox:
                     if time.monotonic() > deadline:
                         _killpg(process.pid)
                         process.wait()
+                        reader.join(timeout=5)
                         raise TimeoutError(f"boot {number} ran past {timeout} s:\n{log_path.read_text()}")
                     time.sleep(POLL_S)
             finally:
                 self.metadata.on_write = None
                 _killpg(process.pid)
+                reader.join(timeout=5)
         ended = time.time()
         calls = [c for c in self.calls() if c["boot"] == number]
         killed = killed or any(c["cmd"] == "power-cut" for c in calls)
         text = log_path.read_text()
+        reports = [(t, _REPORT.match(line)) for t, line in lines]
         result = BootResult(
             number=number,
             rc=process.returncode,
             killed=killed,
             rebooted=self.host_state()["reboot_requested"],
             log=text,
-            reports=[Report(m[1], m[2], m[3]) for m in map(_REPORT.match, text.splitlines()) if m],
+            reports=[Report(m[1], m[2], m[3], t) for t, m in reports if m],
             writes=self.metadata.writes[first_write:],
             calls=calls,
             started=started,
@@ -339,6 +377,10 @@ class Sandbox:
     def guest_attributes(self, namespace: str = "qwen36") -> dict[str, str]:
         return {k: v for (ns, k), v in self.metadata.attributes.items() if ns == namespace}
 
+    def last_report(self) -> boot_protocol.Report:
+        """What the deployer reads now: the one report key, parsed."""
+        return boot_protocol.parse_report(self.guest_attributes()[boot_protocol.KEY_REPORT])
+
     def container_log(self, name: str = "llama-server") -> str:
         path = self.host / "containers" / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
@@ -357,6 +399,15 @@ class Sandbox:
             return int(exc.code)
         except OSError:
             return None
+
+
+def _is_report(write: Write) -> bool:
+    return write.namespace == boot_protocol.NAMESPACE and write.key == boot_protocol.KEY_REPORT
+
+
+def _from_script(write: Write) -> bool:
+    """A report the boot script wrote (with curl); the download's progress comes from the fetch tool."""
+    return _is_report(write) and write.agent.startswith("curl/")
 
 
 def _killpg(sid: int) -> None:

@@ -155,10 +155,46 @@ def nvidia_smi(argv: list[str]) -> int:
 # --------------------------------------------------------------------------- packages and the kernel
 
 
+DPKG_INTERRUPTED = (
+    "E: dpkg was interrupted, you must manually run 'dpkg --configure -a' to correct the problem."
+)
+
+
+def dpkg_journal() -> Path:
+    """dpkg's journal of a run in progress: apt refuses to work while it holds an entry
+    (apt-pkg/deb/debsystem.cc, CheckUpdates)."""
+    return Path(os.environ["QWEN36_DPKG_DIR"]) / "updates"
+
+
+def dpkg_interrupted() -> bool:
+    journal = dpkg_journal()
+    return journal.is_dir() and any(p.name.isdigit() for p in journal.iterdir())
+
+
+def dpkg_unpack(package: str) -> None:
+    """dpkg's unpack of one package: a journal entry while it runs; the power may be cut inside."""
+    journal = dpkg_journal()
+    journal.mkdir(parents=True, exist_ok=True)
+    entry = journal / "0000"
+    entry.write_text(f"unpacking {package}\n")
+    kill_point("dpkg-unpack", [package])
+    entry.unlink()
+
+
+def dpkg(argv: list[str]) -> int:
+    if "--configure" not in argv or "-a" not in argv:
+        return err(f"dpkg: the sandbox stub does not implement {argv}", 2)
+    for entry in dpkg_journal().glob("*") if dpkg_journal().is_dir() else []:
+        entry.unlink()
+    return 0
+
+
 def apt_get(argv: list[str]) -> int:
     words = [a for a in argv if not a.startswith("-") and "::" not in a]
     if not words:
         return err("E: no operation", 100)
+    if dpkg_interrupted():
+        return err(DPKG_INTERRUPTED, 100)
     if words[0] == "update":
         return 0
     if words[0] != "install":
@@ -169,6 +205,7 @@ def apt_get(argv: list[str]) -> int:
             available = host["apt_available"]
         if package not in available:
             return err(f"E: Unable to locate package {package}", 100)
+        dpkg_unpack(package)
         if package == "docker.io":
             time.sleep(delays().get("apt_docker", 0))
             with state() as host:
@@ -231,6 +268,21 @@ def gcloud(argv: list[str]) -> int:
     time.sleep(delays().get("gcloud", 0))
     with state() as host:
         value = host["secrets"].get(f"{options.get('project')}/{options.get('secret')}")
+        # A grant that applies ``secret_denied_for_s`` after the first read (IAM propagation).
+        if "secret_denied_for_s" in host:
+            host.setdefault("secret_denied_since", time.time())
+            denied = time.time() < host["secret_denied_since"] + host["secret_denied_for_s"]
+        else:
+            denied = False
+    if denied:
+        # What gcloud prints for Secret Manager's 403 (a missing or not yet applied grant).
+        return err(
+            "ERROR: (gcloud.secrets.versions.access) PERMISSION_DENIED: Permission "
+            "'secretmanager.versions.access' denied for resource "
+            f"'projects/{options.get('project')}/secrets/{options.get('secret')}/versions/latest' "
+            "(or it may not exist).",
+            1,
+        )
     if value is None:
         return err(f"ERROR: (gcloud.secrets.versions.access) NOT_FOUND: Secret [{options.get('secret')}]", 1)
     sys.stdout.write(value)
@@ -508,6 +560,7 @@ def power_on() -> None:
 HANDLERS = {
     "nvidia-smi": nvidia_smi,
     "apt-get": apt_get,
+    "dpkg": dpkg,
     "modprobe": modprobe,
     "systemctl": systemctl,
     "nvidia-ctk": nvidia_ctk,

@@ -69,6 +69,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 f"https://www.googleapis.com/compute/v1/projects/{GCP_PROJECT}/global/images/{name}"
             )
             return f"projects/{GCP_PROJECT}/global/images/{name}", state
+        if args.typ == "gcp:serviceaccount/account:Account":
+            state["email"] = f"{state['accountId']}@{GCP_PROJECT}.iam.gserviceaccount.com"
+            return f"projects/{GCP_PROJECT}/serviceAccounts/{state['email']}", state
         if args.typ == "command:local:Command":
             state["stdout"] = self.builder_id + "\n" if args.name.endswith("-builder") else ""
             return f"{args.name}-4f2a", state

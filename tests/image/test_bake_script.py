@@ -56,12 +56,19 @@ def _argvs(result: BootResult, cmd: str) -> list[list[str]]:
     return result.commands(cmd)
 
 
-def _ga(result: BootResult) -> dict[str, str]:
-    return {w.key: w.value for w in result.writes if w.namespace == NS}
+def _reports(result: BootResult) -> list[boot_protocol.Report]:
+    """The bake's guest-attribute reports, parsed (one key, boot_protocol's format)."""
+    writes = [w for w in result.writes if w.namespace == NS]
+    assert {w.key for w in writes} <= {boot_protocol.KEY_REPORT}
+    return [boot_protocol.parse_report(w.value) for w in writes]
 
 
 def _ga_phases(result: BootResult) -> list[str]:
-    return [w.value for w in result.writes if w.namespace == NS and w.key == boot_protocol.KEY_PHASE]
+    return [r.phase for r in _reports(result)]
+
+
+def _last(result: BootResult) -> boot_protocol.Report:
+    return _reports(result)[-1]
 
 
 def _is_install_of(argv: list[str], package: str) -> bool:
@@ -92,10 +99,9 @@ def test_fresh_builder_installs_configures_pulls_and_reports_ready(make_sandbox:
 
     assert result.phases == list(BAKE_PHASES)
     assert _ga_phases(result) == list(BAKE_PHASES)
-    values = _ga(result)
-    assert values[boot_protocol.KEY_PHASE] == boot_protocol.PHASE_READY
-    assert IMAGE in values[boot_protocol.KEY_DETAIL]
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", values[boot_protocol.KEY_TIME])
+    last = _last(result)
+    assert last.phase == boot_protocol.PHASE_READY and IMAGE in last.detail
+    assert len({r.boot_id for r in _reports(result)}) == 1
     lines = [line for line in result.log.splitlines() if " qwen36: " in line]
     assert lines and all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ qwen36: ", line) for line in lines)
 
@@ -141,7 +147,7 @@ def test_a_pull_that_keeps_failing_is_bounded_and_reported(make_sandbox: Any, sc
     assert result.rc != 0
     assert len([a for a in _argvs(result, "docker") if a[:1] == ["pull"]]) == 3
     assert _ga_phases(result)[-1] == boot_protocol.PHASE_FAILED
-    assert _ga(result)[boot_protocol.KEY_DETAIL].startswith("bake-pull failed")
+    assert _last(result).detail.startswith("bake-pull failed")
     # A failed bake never cleans up or claims readiness.
     assert boot_protocol.PHASE_READY not in result.phases
     assert "bake-clean" not in result.phases
@@ -154,7 +160,7 @@ def test_a_docker_daemon_that_never_answers_is_bounded_and_reported(make_sandbox
     assert result.rc != 0
     assert _argvs(result, "docker").count(["info"]) == 30
     assert "docker did not answer after 30 polls" in result.log
-    assert _ga(result)[boot_protocol.KEY_DETAIL].startswith("bake-docker failed")
+    assert _last(result).detail.startswith("bake-docker failed")
     assert _ga_phases(result)[-1] == boot_protocol.PHASE_FAILED
 
 
@@ -172,7 +178,7 @@ def test_reports_are_best_effort_when_the_metadata_server_is_unreachable(tmp_pat
     _use_bake_stubs(sandbox)
     result = sandbox.boot()
     assert result.rc == 0, result.log
-    assert "warning: could not write guest attributes detail time phase" in result.log
+    assert "warning: could not write the guest attribute report" in result.log
     assert sandbox.host_state()["docker"]["images"] == [IMAGE]
 
 

@@ -46,6 +46,13 @@ PIPELINE = ("tooling-builder", "tooling-bake-wait", "tooling-stop", "tooling-ima
 COMMAND = "command:local:Command"
 IMAGE = "gcp:compute/image:Image"
 GET_IMAGE = "gcp:compute/getImage:getImage"
+ACCOUNT = "gcp:serviceaccount/account:Account"
+PROJECT_IAM = "gcp:projects/iAMMember:IAMMember"
+NETWORK: dict[str, Any] = {
+    "deployment": "qwen36-dev",
+    "network": "qwen36-dev",
+    "subnetwork": "qwen36-dev-us-central1",
+}
 
 
 def _bake(
@@ -56,7 +63,7 @@ def _bake(
     holder: dict[str, ToolingImage] = {}
 
     def build() -> pulumi.Output[Any]:
-        holder["c"] = ToolingImage("tooling", ToolingImageArgs(cfg=cfg, project=GCP_PROJECT))
+        holder["c"] = ToolingImage("tooling", ToolingImageArgs(cfg=cfg, project=GCP_PROJECT, **NETWORK))
         return holder["c"].family_url
 
     family_url = mocked.run(build)
@@ -143,8 +150,12 @@ def test_builder_is_a_small_vm_from_the_server_base_image_with_the_bake_script()
     assert f"--boot-disk-size={BUILDER_DISK_GB}GB" in argv
     # Every valid server disk can hold the image (GCE refuses a disk smaller than its image).
     assert cfg.min_boot_disk_gb >= BUILDER_DISK_GB
-    assert "--no-service-account" in argv and "--no-scopes" in argv
-    assert "--network=default" in argv
+    # Its own account (never the default compute one), on the stack's own network.
+    assert "--service-account=qwen36-dev-bake@acme-llm-test.iam.gserviceaccount.com" in argv
+    assert "--network=qwen36-dev" in argv and "--subnet=qwen36-dev-us-central1" in argv
+    assert not any(
+        "default" in a for a in argv if a.startswith(("--network", "--subnet", "--service-account"))
+    )
     assert any(a.startswith("--metadata=") and "enable-guest-attributes=TRUE" in a for a in argv)
     assert not any("accelerator" in a for a in argv)
     assert builder["environment"][BAKE_SCRIPT_ENV] == render_bake_script(cfg)
@@ -387,7 +398,7 @@ def test_a_stack_that_bakes_boots_the_server_from_its_own_image() -> None:
     cfg = StackConfig(build_tooling_image=True)
 
     def build() -> pulumi.Output[Any]:
-        tooling = ToolingImage("tooling", ToolingImageArgs(cfg=cfg, project=GCP_PROJECT))
+        tooling = ToolingImage("tooling", ToolingImageArgs(cfg=cfg, project=GCP_PROJECT, **NETWORK))
         return pulumi.Output.from_input(choose_server_image(cfg, tooling=tooling).image)
 
     image = mocked.run(build)
@@ -414,9 +425,34 @@ def test_the_builder_waits_for_what_it_is_given() -> None:
 
     def build() -> pulumi.Output[Any]:
         api = gcp.projects.Service("compute-api", service="compute.googleapis.com", project=GCP_PROJECT)
-        tooling = ToolingImage("tooling", ToolingImageArgs(cfg=cfg, project=GCP_PROJECT, depends_on=[api]))
+        tooling = ToolingImage(
+            "tooling", ToolingImageArgs(cfg=cfg, project=GCP_PROJECT, depends_on=[api], **NETWORK)
+        )
         return tooling.family_url
 
     mocked.run(build)
     regs = mocked.monitor.registrations
     assert regs["compute-api"].urn in regs["tooling-builder"].dependencies
+
+
+def test_builder_account_holds_only_the_log_writer_role_and_the_image_sets_its_guest_os_features() -> None:
+    _, regs, _ = _bake()
+    account = regs["tooling-builder-sa"]
+    assert account.type == ACCOUNT and account.inputs["accountId"] == "qwen36-dev-bake"
+    grants = [r for r in regs.values() if r.type == PROJECT_IAM]
+    assert [g.inputs["role"] for g in grants] == ["roles/logging.logWriter"]
+    assert (
+        grants[0].inputs["member"] == "serviceAccount:qwen36-dev-bake@acme-llm-test.iam.gserviceaccount.com"
+    )
+    # The builder VM is created only once its account and grant exist.
+    assert {account.urn, grants[0].urn} <= set(regs["tooling-builder"].dependencies)
+    features = [f["type"] for f in regs["tooling-image"].inputs["guestOsFeatures"]]
+    assert features == ["UEFI_COMPATIBLE", "VIRTIO_SCSI_MULTIQUEUE", "GVNIC"]
+
+
+def test_builder_account_id_fits_the_limit_for_the_longest_deployment_name() -> None:
+    from infra.config import deployment_name
+    from infra.tooling_image import builder_account_id
+
+    longest = builder_account_id(deployment_name("a-very-long-stack-name-for-testing"))
+    assert len(longest) <= 30 and longest.endswith("-bake") and "--" not in longest

@@ -51,10 +51,12 @@ def secret_value(value: Any) -> Any:
 class RecordingMocks(pulumi.runtime.Mocks):
     """Echo each resource's inputs as its state, plus the computed fields GCP would fill in."""
 
-    def __init__(self, existing_buckets: Sequence[str] = (), *, fail_invokes: bool = False) -> None:
+    def __init__(
+        self, existing_buckets: Mapping[str, Mapping[str, str]] | None = None, *, fail_invokes: bool = False
+    ) -> None:
         self.resources: list[Resource] = []
         self.calls: list[str] = []
-        self.existing_buckets = list(existing_buckets)
+        self.existing_buckets = dict(existing_buckets or {})
         self.fail_invokes = fail_invokes
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
@@ -89,6 +91,14 @@ class RecordingMocks(pulumi.runtime.Mocks):
             "gcp:compute/healthCheck:HealthCheck": lambda: {
                 "selfLink": f"{COMPUTE}/projects/{GCP_PROJECT}/global/healthChecks/{inputs['name']}"
             },
+            "gcp:compute/network:Network": lambda: {
+                "selfLink": f"{COMPUTE}/projects/{GCP_PROJECT}/global/networks/{inputs['name']}"
+            },
+            "gcp:compute/subnetwork:Subnetwork": lambda: {
+                "selfLink": (
+                    f"{COMPUTE}/projects/{GCP_PROJECT}/regions/{inputs['region']}/subnetworks/{inputs['name']}"
+                )
+            },
             "gcp:secretmanager/secret:Secret": lambda: {
                 "name": f"projects/123456789012/secrets/{inputs['secretId']}"
             },
@@ -109,8 +119,14 @@ class RecordingMocks(pulumi.runtime.Mocks):
         if args.token == "gcp:storage/getBuckets:getBuckets":
             prefix = args.args.get("prefix") or ""
             listed = [
-                {"name": b, "labels": {}, "location": "US", "selfLink": "", "storageClass": "STANDARD"}
-                for b in self.existing_buckets
+                {
+                    "name": b,
+                    "labels": dict(labels),
+                    "location": "US",
+                    "selfLink": "",
+                    "storageClass": "STANDARD",
+                }
+                for b, labels in self.existing_buckets.items()
                 if b.startswith(prefix)
             ]
             return {"buckets": listed, "id": "buckets", "prefix": prefix, "project": args.args.get("project")}
@@ -183,14 +199,21 @@ def deploy(
     *,
     gcp_project: str | None = GCP_PROJECT,
     existing_buckets: Sequence[str] = (),
+    foreign_buckets: Mapping[str, Mapping[str, str]] | None = None,
     fail_invokes: bool = False,
 ) -> Deployment:
-    """Run ``__main__.py`` for a stack file's config plus ``overrides`` (short keys) under mocks."""
+    """Run ``__main__.py`` for a stack file's config plus ``overrides`` (short keys) under mocks.
+
+    ``existing_buckets`` exist in the project with this stack's labels (kept by an earlier
+    deployment); ``foreign_buckets`` with the labels given.
+    """
+    ours = {"app": PROJECT, "stack": f"qwen36-{stack}", "managed-by": "pulumi"}
+    buckets = {name: ours for name in existing_buckets} | dict(foreign_buckets or {})
     config = stack_config(stack)
     config.update({f"{PROJECT}:{k}": v for k, v in (overrides or {}).items()})
     if gcp_project is not None:
         config["gcp:project"] = gcp_project
-    mocks = RecordingMocks(existing_buckets, fail_invokes=fail_invokes)
+    mocks = RecordingMocks(buckets, fail_invokes=fail_invokes)
     monitor = RecordingMonitor(mocks)
     settings.ROOT.set(None)  # a fresh stack resource, so one run's exports never leak into the next
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 
@@ -84,12 +85,31 @@ def test_container_logs_command_names_the_boot_scripts_container() -> None:
 
 
 def test_bucket_name_for_ordinary_and_awkward_projects() -> None:
-    assert model_bucket_name("acme-llm", "qwen36-dev", "us-central1") == "acme-llm-qwen36-dev-us-central1"
-    assert model_bucket_name("example.com:llm", "qwen36-dev", "us-central1") == (
-        "example-com-llm-qwen36-dev-us-central1"
+    digest = hashlib.sha256(b"acme-llm").hexdigest()[:12]
+    assert model_bucket_name("acme-llm", "qwen36-dev", "us-central1") == f"qwen36-dev-us-central1-{digest}"
+    # The project id itself never appears in the public name.
+    for project in ("acme-llm", "example.com:llm", "goog-research-1", "google-team-x"):
+        name = model_bucket_name(project, "qwen36-dev", "us-central1")
+        assert project.split(":")[-1] not in name
+        assert _valid_bucket_name(name), name
+    assert model_bucket_name("p1", "qwen36-dev", "us-central1") != model_bucket_name(
+        "p2", "qwen36-dev", "us-central1"
     )
+    # "google"-like words and a "goog" start are never produced, whatever the stack is called.
+    for deployment in ("qwen36-google", "googlers", "goog-x", "g00gle-dev"):
+        assert _valid_bucket_name(model_bucket_name("acme-llm", deployment, "us-central1")), deployment
     long_a = model_bucket_name("a" * 30, "qwen36-" + "x" * 23, "northamerica-northeast1")
-    long_b = model_bucket_name("a" * 30, "qwen36-" + "x" * 22 + "y", "northamerica-northeast1")
+    long_b = model_bucket_name("b" * 30, "qwen36-" + "x" * 23, "northamerica-northeast1")
     for name in (long_a, long_b):
-        assert len(name) <= MAX_BUCKET_NAME and re.fullmatch(r"[a-z0-9][a-z0-9-]*[a-z0-9]", name)
+        assert _valid_bucket_name(name)
     assert long_a != long_b
+
+
+def _valid_bucket_name(name: str) -> bool:
+    # https://cloud.google.com/storage/docs/buckets#naming
+    return (
+        3 <= len(name) <= MAX_BUCKET_NAME
+        and re.fullmatch(r"[a-z0-9][a-z0-9-]*[a-z0-9]", name) is not None
+        and not name.startswith("goog")
+        and re.search(r"g[o0]{2}g[l1]e", name) is None
+    )

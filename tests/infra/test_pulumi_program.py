@@ -27,6 +27,8 @@ GROUP = "gcp:compute/regionInstanceGroupManager:RegionInstanceGroupManager"
 HEALTH_CHECK = "gcp:compute/healthCheck:HealthCheck"
 HEALTH_CHECK_RANGES = ["35.191.0.0/16", "130.211.0.0/22"]
 FIREWALL = "gcp:compute/firewall:Firewall"
+NETWORK = "gcp:compute/network:Network"
+SUBNETWORK = "gcp:compute/subnetwork:Subnetwork"
 BUCKET = "gcp:storage/bucket:Bucket"
 ACCOUNT = "gcp:serviceaccount/account:Account"
 BUCKET_IAM = "gcp:storage/bucketIAMMember:BucketIAMMember"
@@ -108,20 +110,31 @@ def test_every_resource_has_its_api_enabled(deployed: Deployment) -> None:
         assert api in enabled, f"{token} needs {api}, which the program does not enable"
 
 
+def test_network_is_our_own_vpc_with_a_private_google_access_subnet(deployed: Deployment, stack: str) -> None:
+    cfg = parse_config(stack_config(stack))
+    vpc = deployed.one(NETWORK).inputs
+    subnet = deployed.one(SUBNETWORK).inputs
+    assert vpc["name"] == f"qwen36-{stack}" and vpc["autoCreateSubnetworks"] is False
+    assert subnet["region"] == cfg.region and subnet["privateIpGoogleAccess"] is True
+    vpc_link = f"{COMPUTE}/projects/{GCP_PROJECT}/global/networks/qwen36-{stack}"
+    subnet_link = f"{COMPUTE}/projects/{GCP_PROJECT}/regions/{cfg.region}/subnetworks/{subnet['name']}"
+    (nic,) = deployed.one(TEMPLATE).inputs["networkInterfaces"]
+    assert nic["network"] == vpc_link and nic["subnetwork"] == subnet_link
+    assert all(r.inputs["network"] == vpc_link for r in deployed.of_type(FIREWALL))
+
+
 def test_network_without_ranges_opens_only_iap_and_health_checks(deployed: Deployment) -> None:
     rules = {r.name: r.inputs for r in deployed.of_type(FIREWALL)}
     assert set(rules) == {"network-iap", "network-health-checks"}
     vm = deployed.one(TEMPLATE).inputs
-    rule = rules["network-iap"]
-    assert rule["sourceRanges"] == [IAP_RANGE]
-    assert rule["allows"] == [{"protocol": "tcp", "ports": ["22", "8080"]}]
-    assert rule["targetTags"] == vm["tags"]
-    assert rule["direction"] == "INGRESS"
-    # Google's health checkers reach the serving port only (/health needs no key; the rest does).
-    checks = rules["network-health-checks"]
-    assert checks["sourceRanges"] == HEALTH_CHECK_RANGES
-    assert checks["allows"] == [{"protocol": "tcp", "ports": ["8080"]}]
-    assert checks["targetTags"] == vm["tags"] and checks["direction"] == "INGRESS"
+    iap, probes = rules["network-iap"], rules["network-health-checks"]
+    assert iap["sourceRanges"] == [IAP_RANGE]
+    assert iap["allows"] == [{"protocol": "tcp", "ports": ["22", "8080"]}]
+    assert probes["sourceRanges"] == ["35.191.0.0/16", "130.211.0.0/22"]
+    assert probes["allows"] == [{"protocol": "tcp", "ports": ["8080"]}]
+    for rule in rules.values():
+        assert rule["targetTags"] == vm["tags"]
+        assert rule["direction"] == "INGRESS"
 
 
 def test_network_with_ranges_opens_8080_to_them_only(stack: str) -> None:
@@ -142,6 +155,12 @@ def test_model_bucket_is_private_regional_and_kept(deployed: Deployment, stack: 
     assert bucket.inputs["publicAccessPrevention"] == "enforced"
     assert bucket.inputs["forceDestroy"] is False
     assert deployed.registrations[bucket.name].retain_on_delete is True
+    # A cache: no 7 days of billed soft-deleted copies of a replaced 22 GB object.
+    assert bucket.inputs["softDeletePolicy"] == {"retentionDurationSeconds": 0}
+    assert (
+        bucket.inputs["labels"]["app"] == "qwen36-mtp-l4"
+        and bucket.inputs["labels"]["stack"] == f"qwen36-{stack}"
+    )
 
 
 def test_model_bucket_kept_by_an_earlier_deployment_is_adopted(stack: str) -> None:
@@ -166,8 +185,18 @@ def test_model_bucket_opt_out_is_destroyed_with_contents() -> None:
     bucket = d.one(BUCKET)
     assert bucket.inputs["forceDestroy"] is True
     assert d.registrations[bucket.name].retain_on_delete is False
-    # Not adopted: its inputs (forceDestroy) would not match the kept bucket's.
-    assert d.registrations[bucket.name].import_id == ""
+    # Kept while keepModelBucket was true, so adopted now (a create would fail with 409); the
+    # import then updates it to forceDestroy true.
+    assert d.registrations[bucket.name].import_id == existing
+
+
+def test_a_bucket_of_our_name_that_is_not_ours_is_refused_with_a_message() -> None:
+    cfg = parse_config(stack_config("dev"))
+    name = model_bucket_name(GCP_PROJECT, "qwen36-dev", cfg.region)
+    for labels in ({}, {"app": "qwen36-mtp-l4", "stack": "qwen36-prod"}):
+        with pytest.raises(Exception, match=rf"gs://{name} already exists .* is not this stack's") as raised:
+            deploy("dev", foreign_buckets={name: labels})
+        assert "app=qwen36-mtp-l4, stack=qwen36-dev" in str(raised.value)
 
 
 def test_identity_is_dedicated_and_least_privilege(deployed: Deployment) -> None:
@@ -344,7 +373,7 @@ def test_static_ip_is_reserved_in_region_and_pinned_to_the_member(deployed: Depl
     address = deployed.one(ADDRESS).inputs
     assert address["region"] == cfg.region and address["addressType"] == "EXTERNAL"
     (nic,) = deployed.one(TEMPLATE).inputs["networkInterfaces"]
-    assert nic["network"] == "default"
+    assert nic["network"].endswith(f"/global/networks/{deployed.outputs['groupName']}")
     assert nic["accessConfigs"] == [{"natIp": MOCK_IP, "networkTier": "PREMIUM"}]
 
 
