@@ -29,8 +29,6 @@ from infra.server_args import PORT
 from tests.client.conftest import API_KEY, WRONG_KEY
 from tests.harness.server import LlamaServer
 
-pytestmark = pytest.mark.llama
-
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 ALIAS = StackConfig().alias
@@ -38,6 +36,7 @@ MAX_TOKENS = 16
 REQUEST_TIMEOUT_S = 60.0
 SNIPPET_TIMEOUT_S = 60
 SNIPPET_TOKENS = 24
+MAX_IMAGE_BYTES = 200_000
 # Long enough that the server is still generating when it is killed (~1 ms a token here).
 LONG_MAX_TOKENS = 4000
 # The restart waits this long after the kill, so the client's first attempt meets a closed port.
@@ -78,6 +77,14 @@ def readme_section(title: str) -> str:
 
 def readme_blocks(language: str) -> list[str]:
     return re.findall(rf"^```{language}\n(.*?)^```$", readme_section("Reaching the server"), re.M | re.S)
+
+
+def test_readme_images_exist_and_are_small() -> None:
+    images = re.findall(r"!\[[^]]*\]\(([^)]+)\)", readme_section("Reaching the server"))
+    assert images, "the section shows the web UI's key prompt"
+    for image in images:
+        assert (ROOT / image).is_file(), image
+        assert (ROOT / image).stat().st_size < MAX_IMAGE_BYTES, image
 
 
 def test_readme_client_snippet_runs_word_for_word(endpoint_args: list[str], llama_server_bin: Path) -> None:
