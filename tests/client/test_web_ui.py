@@ -48,6 +48,7 @@ ANSWER_TIMEOUT_MS = 60_000
 # The tiny model answers "aaaa..." until stopped (~4 tokens/s with the UI's request on 2 busy cores);
 # this many characters in the page is an answer on its way.
 ANSWER_CHARS = 16
+GROWTH_STEPS = 4
 # A blank or single-colour page has (almost) no spread of pixel values.
 MIN_PIXEL_STDDEV = 8.0
 MIN_COLOURS = 16
@@ -211,7 +212,12 @@ def test_key_prompt_then_streamed_answer(ui_endpoint: LlamaServer, page: tuple[P
     pg.keyboard.press("Enter")
     answer = pg.get_by_text(re.compile(f"a{{{ANSWER_CHARS},}}"))
     expect(answer).to_be_visible(timeout=ANSWER_TIMEOUT_MS)
+    # Streamed into the page: the answer, which never ends by itself, grows in steps while it is
+    # generated (a UI that waited for the whole answer would show none of it).
+    pg.wait_for_function(f"window.__answer.length >= {GROWTH_STEPS}", timeout=ANSWER_TIMEOUT_MS)
+    grew = pg.evaluate("window.__answer")
     pg.get_by_role("button", name="Stop", exact=True).click()
+    assert grew == sorted(set(grew)), grew
     screenshot(pg, "3-streamed-answer")
 
     # ... and where it sends it: a bearer token on the chat request, which asks for a stream.
@@ -224,11 +230,6 @@ def test_key_prompt_then_streamed_answer(ui_endpoint: LlamaServer, page: tuple[P
     assert "--backend-sampling" in ui_endpoint.args and body["backend_sampling"] is False
     assert chat.response() is not None
     assert "text/event-stream" in chat.response().headers["content-type"]  # type: ignore[union-attr]
-    # Streamed into the page: the answer grew in several steps before it was stopped, not in one
-    # final paint (after the stop the UI repaints the message, so only the growth is checked).
-    grew = pg.evaluate("window.__answer")
-    growth = grew[: next(i for i, n in enumerate(grew) if n >= ANSWER_CHARS) + 1]
-    assert len(growth) >= 3 and growth == sorted(set(growth)), grew
 
 
 @pytest.mark.llama
