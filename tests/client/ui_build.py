@@ -26,7 +26,13 @@ import time
 from pathlib import Path
 
 from infra.llama_cpp import LLAMA_CPP_BUILD, sdist_requirement
-from tests.harness.llama_build import BUILD_JOBS, DEFAULT_CMAKE_ARGS, cache_dir, file_lock
+from tests.harness.llama_build import (
+    BUILD_JOBS,
+    DEFAULT_CMAKE_ARGS,
+    cache_dir,
+    file_lock,
+    llama_server_binary,
+)
 
 BINARY_ENV = "QWEN36_LLAMA_SERVER_UI"
 DOWNLOAD_TIMEOUT_S = 10 * 60
@@ -43,6 +49,10 @@ UI_ARGS = ("-DLLAMA_BUILD_UI=ON", "-DLLAMA_USE_PREBUILT_UI=OFF")
 # tools/ui/ui.h.in: defined only when assets were embedded. llama.cpp's asset script only *warns*
 # when npm fails and then embeds nothing, so this line is the proof.
 EMBEDDED_MARK = "#define LLAMA_UI_HAS_ASSETS 1"
+# The library that holds the server (and the embedded UI's asset table), beside the binary, and an
+# asset name every embedded UI has (scripts/ui-assets.cmake refuses a dist without it).
+SERVER_LIBRARY = "libllama-server-impl.so"
+EMBEDDED_ASSET = b"_app/version.json"
 
 
 class UiBuildError(RuntimeError):
@@ -140,11 +150,22 @@ def _build(build: int) -> Path:
     return binary
 
 
+def embeds_ui(binary: Path) -> bool:
+    library = binary.parent / SERVER_LIBRARY
+    return library.is_file() and EMBEDDED_ASSET in library.read_bytes()
+
+
 def llama_server_ui_binary(build: int = LLAMA_CPP_BUILD) -> Path:
-    """Path to the pinned llama-server with the embedded web UI, building it on first use."""
+    """Path to the pinned llama-server with the embedded web UI, building it on first use.
+
+    The harness's own build is used when it carries the UI (built with ``-DLLAMA_BUILD_UI=ON``),
+    which saves this second compile.
+    """
     override = os.environ.get(BINARY_ENV)
     if override:
         return Path(override)
+    if embeds_ui(harness := llama_server_binary(build)):
+        return harness
     marker = _install_dir(build) / ".qwen36-ready.json"
     if marker.is_file():
         return Path(json.loads(marker.read_text())["binary"])
