@@ -45,8 +45,8 @@ CHROMIUM_ARGS = [
 ]
 STEP_TIMEOUT_MS = 20_000
 ANSWER_TIMEOUT_MS = 60_000
-# The tiny model answers "aaaa..." until stopped (~4 tokens/s with the UI's request on 2 busy cores);
-# this many characters in the page is an answer on its way.
+# The tiny model answers "aaaa..." until stopped (the UI sends no max_tokens): this many characters
+# in the page is an answer on its way, and it must grow in this many steps before the test stops it.
 ANSWER_CHARS = 16
 GROWTH_STEPS = 4
 # A blank or single-colour page has (almost) no spread of pixel values.
