@@ -123,8 +123,8 @@ class StackConfig(BaseModel):
     health_timeout_minutes: int = Field(default=20, ge=1, le=120)
 
     # Fleet: more than one server behind one load-balanced endpoint (infra/fleet.py).
-    min_replicas: int = Field(default=0, ge=0, le=1000)
-    max_replicas: int = Field(default=0, ge=0, le=1000)
+    min_replicas: int = Field(default=0, ge=0, le=MAX_REPLICAS)
+    max_replicas: int = Field(default=0, ge=0, le=MAX_REPLICAS)
     domain: str = ""
 
     # Cost. 30 minutes is ten times a cached cold start (~3 min from the GCS cache and the baked
