@@ -23,12 +23,6 @@ from datetime import UTC, datetime
 
 NAMESPACE = "qwen36"
 KEY_REPORT = "report"
-# The three keys of the first version (three writes a report). Nothing writes them any more
-# (startup/lib.sh writes KEY_REPORT only); they stay until the gate reader (qwen36/health.py)
-# and the fake Compute API read KEY_REPORT, then go.
-KEY_PHASE = "phase"
-KEY_DETAIL = "detail"
-KEY_TIME = "time"
 
 # Documented limits (manage-guest-attributes, above), and the budget this project keeps under them.
 GUEST_ATTR_WRITES_PER_MINUTE = 10

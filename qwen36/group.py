@@ -186,7 +186,7 @@ def current_report(
 
     A report's time has whole seconds, so it is compared with the start truncated to the second.
     """
-    value = attrs.get(boot_protocol.KEY_REPORT) or _legacy_report(attrs)
+    value = attrs.get(boot_protocol.KEY_REPORT)
     if not value:
         return None, "the VM has not reported yet"
     try:
@@ -201,15 +201,6 @@ def current_report(
             f"before this member's last start at {started}"
         )
     return report, ""
-
-
-def _legacy_report(attrs: dict[str, str]) -> str:
-    """TRANSITIONAL: the first version's three keys (phase, time, detail) as one report value, so a
-    VM whose boot script still writes them is followed. Goes with boot_protocol.KEY_PHASE."""
-    phase, stamp = attrs.get(boot_protocol.KEY_PHASE), attrs.get(boot_protocol.KEY_TIME)
-    if not phase or not stamp:
-        return ""
-    return f"{phase} {stamp} legacy {attrs.get(boot_protocol.KEY_DETAIL, '')}".rstrip(" ")
 
 
 class ComputeApiReader:

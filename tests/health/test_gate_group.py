@@ -253,19 +253,18 @@ def test_guest_attributes_are_read_at_most_every_15_seconds() -> None:
     assert any(line.endswith("(still waiting)") and "vm model (fetching)" in line for line in lines)
 
 
-def test_current_report_reads_the_single_key_and_the_first_versions_keys() -> None:
+def test_current_report_reads_the_single_key_of_the_current_start() -> None:
     start = at(100)
     fresh = {boot_protocol.KEY_REPORT: report("ready", 130, "healthy", boot_id="b-2")}
     assert current_report(fresh, start)[0] == boot_protocol.Report("ready", at(130), "b-2", "healthy")
     # A report in the same second as the start counts (reports carry whole seconds).
     same_second = {boot_protocol.KEY_REPORT: report("boot", 100)}
     assert current_report(same_second, start + timedelta(milliseconds=700))[0] is not None
-    legacy = {"phase": "model", "time": "2026-11-30T22:02:00Z", "detail": "3.0 of 22.1 GB"}
-    assert current_report(legacy, start)[0] == boot_protocol.Report(
-        "model", at(120), "legacy", "3.0 of 22.1 GB"
-    )
-    stale_legacy = {**legacy, "phase": "failed", "time": "2026-11-30T22:01:00Z"}
-    report_, why = current_report(stale_legacy, start)
+    stale = {boot_protocol.KEY_REPORT: report("failed", 60, "no GPU", boot_id="b-1")}
+    report_, why = current_report(stale, start)
     assert report_ is None and "stale 'failed' report" in why
+    # The first version's three keys are not a report.
+    first_version = {"phase": "ready", "time": "2026-11-30T22:02:00Z", "detail": "healthy"}
+    assert current_report(first_version, start) == (None, "the VM has not reported yet")
     assert current_report({boot_protocol.KEY_REPORT: "garbage"}, start)[1].startswith("unreadable report")
     assert current_report({}, start) == (None, "the VM has not reported yet")

@@ -8,6 +8,7 @@ each answer), and records every request (method, path, query, body, headers) for
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import threading
@@ -198,10 +199,13 @@ def _handler(group: FakeGroup) -> type[BaseHTTPRequestHandler]:
             if size == 0:
                 group.members.clear()
             while len(group.members) < size:
-                template = group.new_member
-                group.members.append(Member(template.name, template.zone, template.instance_status,
-                                            template.current_action, list(template.errors),
-                                            dict(template.guest_attributes), template.last_start))  # fmt: skip
+                group.members.append(
+                    dataclasses.replace(
+                        group.new_member,
+                        errors=list(group.new_member.errors),
+                        guest_attributes=dict(group.new_member.guest_attributes),
+                    )
+                )
             op_id = next(group._ids)
             name = f"operation-1764568800000-{op_id:04d}-resize"
             # The Operation resource: https://cloud.google.com/compute/docs/reference/rest/v1/regionOperations#resource:-operation
@@ -242,7 +246,7 @@ def _handler(group: FakeGroup) -> type[BaseHTTPRequestHandler]:
             self._json(200, {"managedInstances": listed})
 
         def _instance(self, path: str) -> bool:
-            # https://cloud.google.com/compute/docs/reference/rest/v1/instances/get (the fields the gate reads)
+            # The fields the gate reads: https://cloud.google.com/compute/docs/reference/rest/v1/instances/get
             member = next(
                 (m for m in group.members if path.endswith(f"/zones/{m.zone}/instances/{m.name}")), None
             )

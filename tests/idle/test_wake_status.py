@@ -205,10 +205,7 @@ def test_classify(members: list[Member], state: str) -> None:
 def test_wake_without_an_http_path_follows_the_vms_report(capsys: pytest.CaptureFixture[str]) -> None:
     """IAP only (no --url): the new member's boot report decides, read through the Compute API."""
     group = FakeGroup(target_size=0)
-    # The boot's report in both the first version's keys and boot_protocol's single `report` key.
     group.new_member.guest_attributes = {
-        "phase": "ready",
-        "detail": "llama-server healthy 170 s after boot",
         "report": "ready 2026-11-30T22:03:00Z b00t llama-server healthy 170 s after boot",
     }
     with fake_group_api(group) as endpoint:
