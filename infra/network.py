@@ -43,8 +43,6 @@ IAP_SOURCE_RANGE = "35.235.240.0/20"
 # https://cloud.google.com/load-balancing/docs/health-check-concepts#ip-ranges
 HEALTH_CHECK_RANGES = ("35.191.0.0/16", "130.211.0.0/22")
 SSH_PORT = 22
-# The project's auto-mode network that this stack no longer uses (infra/policy.py forbids it).
-DEFAULT_NETWORK = "default"
 # One /24 holds 252 usable addresses, far more than a group of L4 spot VMs needs; a private range
 # (RFC 1918) that does not clash with the default network's auto-mode 10.128.0.0/9.
 SUBNET_CIDR = "10.64.0.0/24"

@@ -17,7 +17,6 @@ import pulumi_gcp as gcp
 
 from infra.boot_script import render_boot_script
 from infra.config import StackConfig
-from infra.network import DEFAULT_NETWORK
 from infra.server_args import PORT
 from infra.shielded import shielded_instance_config
 
@@ -121,13 +120,15 @@ class ServerGroupArgs:
     bucket: pulumi.Input[str]
     api_key_secret: pulumi.Input[str] | None
     network_tag: str
+    network: pulumi.Input[str]
+    """The stack's own VPC (infra/network.py); never the project's ``default`` network."""
+    subnetwork: pulumi.Input[str]
+    """Its subnet in the region: a custom-mode VPC needs the subnet named on every interface."""
     target_size: int | None = 1
     """Members to run; None when an autoscaler owns the size (then the group does not set it)."""
     ignore_changes: Sequence[str] = field(default_factory=list)
     """Group fields another actor changes (e.g. ``targetSize`` for an autoscaler or an idle stop)."""
     labels: Mapping[str, str] = field(default_factory=dict)
-    network: pulumi.Input[str] = DEFAULT_NETWORK
-    subnetwork: pulumi.Input[str] | None = None
     depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
 
 

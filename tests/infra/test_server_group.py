@@ -43,7 +43,7 @@ def build(**overrides: Any) -> tuple[RecordingMocks, OptionsMonitor, dict[str, A
             bucket="acme-bucket",
             api_key_secret=None,
             network_tag="qwen36-fleet",
-            **overrides,
+            **{"network": "qwen36-vpc", "subnetwork": "qwen36-subnet", **overrides},
         )
         group = ServerGroup("server", args)
         return pulumi.Output.all(name=group.group_name, ig=group.instance_group, ip=group.static_ip).apply(
