@@ -106,6 +106,7 @@ class InstanceInfo:
 
 
 class GroupReader(Protocol):
+    def target_size(self, group: GroupTarget) -> int: ...
     def members(self, group: GroupTarget) -> list[Member]: ...
     def errors(self, group: GroupTarget) -> list[GroupError]: ...
     def instance(self, target: Target) -> InstanceInfo: ...
@@ -220,6 +221,15 @@ class ComputeApiReader:
         self._groups = compute_v1.RegionInstanceGroupManagersClient(**kwargs)
         self._v1 = compute_v1
 
+    def target_size(self, group: GroupTarget) -> int:
+        manager = self._groups.get(
+            project=group.project,
+            region=group.region,
+            instance_group_manager=group.group,
+            timeout=COMPUTE_REQUEST_TIMEOUT_S,
+        )
+        return int(manager.target_size)
+
     def members(self, group: GroupTarget) -> list[Member]:
         from google.api_core import exceptions
 
@@ -312,6 +322,9 @@ class SingleVmReader:
     def __init__(self, reader: GroupReader, vm: Target) -> None:
         self._reader = reader
         self._vm = vm
+
+    def target_size(self, group: GroupTarget) -> int:
+        return 1
 
     def members(self, group: GroupTarget) -> list[Member]:
         from google.api_core import exceptions

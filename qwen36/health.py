@@ -257,6 +257,8 @@ class _GroupView:
     parts: dict[str, Observation] = field(default_factory=dict)
     seen_errors: set[tuple[str, str, str]] = field(default_factory=set)
     stockout_zones: list[str] = field(default_factory=list)
+    stopped: bool = False
+    """The group is at size 0: idle autostop (or a person) stopped it, and no member will come."""
 
 
 def _elapsed(seconds: float) -> str:
@@ -316,6 +318,13 @@ def wait_ready(
             else:
                 decider = vm or Observation("no-report")
                 ready = decider.ready and member_up
+            if view.stopped:
+                summary = (
+                    f"group {group.group if group else ''} is stopped (size 0, e.g. by idle autostop): "
+                    "nothing to wait for; `python -m qwen36 wake` starts it from the current template"
+                )
+                emit(summary)
+                return summary
             if ready:
                 where = f" on {view.member.name} in {view.member.zone}" if view.member else ""
                 summary = f"ready after {_elapsed(now - started)}{where}: {decider.detail}"
@@ -383,6 +392,13 @@ def _read_group(
     view.readable = True
     view.member = member
     view.parts = {"member": member_obs}
+    if not members:
+        # With autostop, targetSize is left to the watcher (ignore_changes), so a `pulumi up` that
+        # changes the template finds the group at 0: nothing will come up until `wake`.
+        try:
+            view.stopped = reader.target_size(group) == 0
+        except Exception as exc:
+            progress.say(f"group size unreadable: {type(exc).__name__}: {str(exc)[:160]}")
     if member is not None and member.running:
         view.parts["vm"] = observe_report(reader, member.target(group.project))
 

@@ -67,6 +67,7 @@ class GroupState:
     members: list[FakeMember] = field(default_factory=list)
     errors: list[dict[str, Any]] = field(default_factory=list)
     """``listErrors`` items, as built by :func:`list_error`."""
+    target_size: int = 1
 
 
 @dataclass
@@ -174,6 +175,15 @@ def _handler(group: FakeGroup) -> type[BaseHTTPRequestHandler]:
             url = urlparse(self.path)
             query = parse_qs(url.query)
             group.record("GET", self.path)
+            if url.path == manager:
+                # The fields the gate reads: https://cloud.google.com/compute/docs/reference/rest/v1/regionInstanceGroupManagers/get
+                body = {
+                    "kind": "compute#instanceGroupManager",
+                    "name": group.name,
+                    "targetSize": group.state().target_size,
+                }
+                self._json(200, body)
+                return
             if url.path == f"{manager}/listErrors":
                 # https://cloud.google.com/compute/docs/reference/rest/v1/regionInstanceGroupManagers/listErrors
                 self._json(200, {"items": group.state().errors})

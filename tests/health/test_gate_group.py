@@ -268,3 +268,27 @@ def test_current_report_reads_the_single_key_of_the_current_start() -> None:
     assert current_report(first_version, start) == (None, "the VM has not reported yet")
     assert current_report({boot_protocol.KEY_REPORT: "garbage"}, start)[1].startswith("unreadable report")
     assert current_report({}, start) == (None, "the VM has not reported yet")
+
+
+def test_a_group_stopped_at_size_zero_passes_with_the_wake_command() -> None:
+    # Autostop leaves targetSize to the watcher, so a `pulumi up` that changes the template meets a
+    # group at 0 that will make no member: the gate says so and passes instead of waiting out 20 min.
+    clock = VirtualClock()
+    group = FakeGroup(timeline=[], clock=clock)
+    group.timeline = [(0, GroupState(members=[], target_size=0))]
+    _lines, summary, diagnosis = run_gate(group, clock)
+    assert summary is not None, diagnosis
+    assert "stopped (size 0" in summary and "python -m qwen36 wake" in summary
+    assert clock.now < 60, "it passes at its first read, not at the timeout"
+
+
+def test_a_group_without_members_yet_but_size_one_keeps_waiting() -> None:
+    clock = VirtualClock()
+    group = FakeGroup(timeline=[], clock=clock)
+    member = FakeMember(
+        "qwen36-dev-x1", "europe-west4-a", started=200, report=report("ready", 290, "healthy")
+    )
+    group.timeline = [(0, GroupState(members=[], target_size=1)), (120, GroupState(members=[member]))]
+    _lines, summary, diagnosis = run_gate(group, clock)
+    assert summary is not None and "healthy" in summary, diagnosis
+    assert "stopped" not in summary
