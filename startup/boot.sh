@@ -1,5 +1,6 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2154  # SERVER_*, MODEL_*, GA_*, PHASE_* ... are set by the rendered config block.
+# shellcheck disable=SC2034  # the model state (SERVE_*, GCS_STATE, ...) is shared with startup/model.sh.
 #
 # The server VM's boot body. GCE runs the startup script on every boot (first boot, the ECC reboot,
 # each restart after a spot preemption, possibly on another host), as a oneshot unit whose failure
@@ -292,7 +293,7 @@ prepare_model() {
       fetch_from_gcs "$FETCH_DIR" || rc=$?
       if ((rc == 0)); then
         SERVE_DIR=$FETCH_DIR SERVE_FROM=gcs
-        report "$PHASE_MODEL" "fetched from the GCS cache into $FETCH_DIR (CRC32C checked; sha256 $EXPECTED_SHA checked once served)"
+        report "$PHASE_MODEL" "fetched from the GCS cache into $FETCH_DIR (CRC32C $OBJ_CRC checked; sha256 $EXPECTED_SHA checked once served)"
         save_model_state
         return 0
       fi

@@ -58,7 +58,7 @@ GCS_URL="gs://$MODEL_BUCKET/$MODEL_OBJECT"
 SERVE_DIR=""          # the directory the container mounts
 SERVE_FROM=""         # gcs | hub | disk
 EXPECTED_SHA=""       # what the post-serve hash must equal (pinned, the object's, or the hub's)
-OBJ_SIZE="" OBJ_CRC="" OBJ_SHA="" OBJ_GEN=""
+OBJ_SIZE="" OBJ_CRC="" OBJ_SHA="" OBJ_GEN="" OBJ_META_SIZE=""
 HUB_SHA="" HUB_SIZE=0
 FETCH_DIR=""
 GCS_STATE=""          # ok | missing | no-sha | bad | error: what the cache object is
@@ -133,10 +133,11 @@ gcs_describe() {
   local out rc pause=$GCS_DENIED_PAUSE_S since last_said=-1000
   while true; do
     rc=0
+    # A non-blank separator: empty fields (no metadata) must not collapse as tabs would.
     out=$(timeout "$GCS_CMD_TIMEOUT_S" gcloud storage objects describe "$GCS_URL" \
-      --format='value(size,crc32c_hash,generation,custom_fields.sha256)' 2>&1) || rc=$?
+      --format='value[separator="|"](size,crc32c_hash,generation,custom_fields.sha256,custom_fields.size)' 2>&1) || rc=$?
     if ((rc == 0)); then
-      read -r OBJ_SIZE OBJ_CRC OBJ_GEN OBJ_SHA <<<"$out" || true
+      IFS='|' read -r OBJ_SIZE OBJ_CRC OBJ_GEN OBJ_SHA OBJ_META_SIZE <<<"$out" || true
       return 0
     fi
     if grep -qiE 'HTTPError 404|not found|No URLs matched' <<<"$out"; then
@@ -164,6 +165,11 @@ gcs_judge() {
   if [[ -n $MODEL_SHA256 && -n $OBJ_SHA && $OBJ_SHA != "$MODEL_SHA256" ]]; then
     GCS_STATE=bad
     log "cache object $GCS_URL holds sha256 $OBJ_SHA, the stack pins $MODEL_SHA256"
+    return 1
+  fi
+  if [[ -n $OBJ_META_SIZE && $OBJ_META_SIZE != "$OBJ_SIZE" ]]; then
+    GCS_STATE=bad
+    log "cache object $GCS_URL holds $OBJ_SIZE bytes, its metadata says $OBJ_META_SIZE (a truncated upload)"
     return 1
   fi
   if ((MODEL_SIZE_BYTES != 0 && OBJ_SIZE != MODEL_SIZE_BYTES)); then

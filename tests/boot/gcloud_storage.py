@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -85,13 +86,18 @@ def _metadata(pairs: str) -> dict[str, str]:
 
 
 def _value(resource: dict[str, Any], projection: str) -> str:
+    """gcloud's ``value[separator="S"](key,...)`` projection (tab-separated without the attribute)."""
+    match = re.fullmatch(r'value(?:\[separator="([^"]*)"\])?\((.*)\)', projection)
+    if match is None:
+        raise ValueError(f"the sandbox's gcloud does not know the format {projection!r}")
+    separator = "\t" if match[1] is None else match[1]
     values = []
-    for key in projection[len("value(") : -1].split(","):
+    for key in match[2].split(","):
         if key.startswith("custom_fields."):
             values.append((resource.get("metadata") or {}).get(key.split(".", 1)[1], ""))
         else:
             values.append(str(resource.get(FIELDS[key], "")))
-    return "\t".join(values)
+    return separator.join(values)
 
 
 def describe(argv: list[str]) -> int:
@@ -106,7 +112,7 @@ def describe(argv: list[str]) -> int:
             return err(f"ERROR: (gcloud.storage.objects.describe) {url} not found: 404.", 1)
         return err(f"ERROR: (gcloud.storage.objects.describe) {exc}", 1)
     projection = options.get("format", "json")
-    print(_value(resource, projection) if projection.startswith("value(") else json.dumps(resource))
+    print(_value(resource, projection) if projection.startswith("value") else json.dumps(resource))
     return 0
 
 

@@ -148,14 +148,15 @@ def test_changed_arguments_replace_the_container_and_a_rotated_key_restarts_it(
     )
     changed = sandbox.boot()
     assert_ready(sandbox, changed)
-    assert [a[0] for a in container_calls(changed)] == ["rm", "run"]
+    # Stopped while the model is fetched into RAM again, then replaced for its new arguments.
+    assert [a[0] for a in container_calls(changed)] == ["stop", "rm", "run"]
     assert "replacing container llama-server" in " ".join(changed.details("server"))
     assert served(sandbox)[-1]["ctx_size"] == 32768
 
     sandbox.edit_host(lambda host: host["secrets"].update({f"{PROJECT_ID}/{SECRET}": "sk-rotated"}))
     rotated = sandbox.boot()
     assert_ready(sandbox, rotated)
-    assert [a[0] for a in container_calls(rotated)] == ["rm", "run"]
+    assert [a[0] for a in container_calls(rotated)] == ["stop", "rm", "run"]
     assert (sandbox.state_dir / "secrets" / "llama-api-key").read_text() == "sk-rotated"
     assert len(sandbox.containers()) == 1
 
@@ -165,7 +166,7 @@ def test_no_api_key_means_no_secret_read_and_no_key_mount(make_sandbox: SandboxF
     sandbox.boot()
     result = sandbox.boot()
     assert_ready(sandbox, result)
-    assert not result.commands("gcloud")
+    assert not [c for c in result.commands("gcloud") if c[0] == "secrets"]
     run = next(a for a in result.commands("docker") if a[0] == "run")
     assert "--api-key-file" not in run and not any(a.endswith(":/run/secrets/llama-api-key:ro") for a in run)
     assert not (sandbox.state_dir / "secrets").exists()
@@ -262,5 +263,6 @@ def test_restarts_from_before_the_boot_do_not_count_as_a_crash_loop(make_sandbox
     sandbox.edit_host(lambda host: host["docker"]["containers"]["llama-server"].update(restart_count=7))
     result = sandbox.boot()
     assert_ready(sandbox, result)
-    assert container_calls(result) == [], "the running container was left alone"
+    # The model is fetched into RAM again after the boot; the same container is started on it.
+    assert [a[0] for a in container_calls(result)] == ["stop", "start"], "the container is reused"
     assert _state_polls(result) >= 5, result.log
