@@ -58,6 +58,7 @@ ECC_MARKER="$STATE_DIR/ecc-reboot-requested"
 
 MODEL_REFRESHED="$RUN_DIR/model-refreshed"
 MODEL_STATE="$RUN_DIR/model.env"
+KEY_CHANGED_FLAG="$RUN_DIR/key-changed"
 MAIN_PID=$BASHPID
 CURRENT_PHASE=$PHASE_BOOT
 DEGRADED=0
@@ -183,10 +184,11 @@ step_ecc() {
 
 ecc_reset() {
   # A pending ECC change applies at the next reboot (30-90 s on GCE) or, where the driver allows
-  # it, at a GPU reset, which needs a GPU no process holds. Nothing holds it yet at this point of
-  # the boot unless docker restarted the container, so that is checked first. 0: ECC is off now.
+  # it, at a GPU reset, which needs a GPU no process holds. 0: ECC is off now.
   # https://docs.nvidia.com/deploy/nvidia-smi/index.html (-r, --gpu-reset)
   local gpu=$1 holders started mode
+  # The container docker restarted at boot cannot serve (its model was in tmpfs): it goes first.
+  stop_stale_server
   holders=$(nvsmi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | grep -c . || true)
   if ((holders > 0)); then
     log "GPU reset skipped: $holders process(es) hold $gpu; rebooting instead"
@@ -322,20 +324,38 @@ prepare_model() {
   save_model_state
 }
 
+key_job() {
+  # The secret read in its own job: its result crosses back as a flag file.
+  step_api_key
+  if ((KEY_CHANGED)); then
+    : >"$KEY_CHANGED_FLAG"
+  fi
+}
+
 prepare_in_parallel() {
-  # The image pull (~170 s) and the model fetch (~72 s from GCS, minutes from HuggingFace) share
-  # nothing, so the boot costs the longer of the two, not their sum.
+  # The image pull (~170 s), the model fetch (~13 s from GCS into RAM, minutes from HuggingFace)
+  # and the secret read share nothing, so the boot costs the longest of them, not their sum.
+  # WITH_KEY ($1) is 0 on a refetch after a failed post-serve hash (the key is in place by then).
+  local with_key=$1 key_pid="" key_rc=0
   (JOB_PID=$BASHPID && prepare_docker) &
   local docker_pid=$!
   (JOB_PID=$BASHPID && prepare_model) &
   local model_pid=$!
+  if ((with_key)); then
+    (JOB_PID=$BASHPID && key_job) &
+    key_pid=$!
+  fi
   local docker_rc=0 model_rc=0
   wait "$docker_pid" || docker_rc=$?
   wait "$model_pid" || model_rc=$?
-  if ((docker_rc != 0 || model_rc != 0)); then
+  [[ -z $key_pid ]] || wait "$key_pid" || key_rc=$?
+  if ((docker_rc != 0 || model_rc != 0 || key_rc != 0)); then
     CURRENT_PHASE=$PHASE_PREPARE
     [[ -e $FAILED_FLAG ]] && exit 1
-    fail "docker preparation exited $docker_rc, model preparation exited $model_rc"
+    fail "docker preparation exited $docker_rc, model preparation exited $model_rc, the key read exited $key_rc"
+  fi
+  if [[ -e $KEY_CHANGED_FLAG ]]; then
+    KEY_CHANGED=1
   fi
 }
 
@@ -479,10 +499,9 @@ serve_and_check() {
   # source, a bounded number of times.
   local attempt
   for ((attempt = 1; ; attempt++)); do
-    prepare_in_parallel
+    prepare_in_parallel $((attempt == 1))
     # shellcheck source=/dev/null  # written by prepare_model in its parallel job
     source "$MODEL_STATE"
-    ((attempt > 1)) || step_api_key
     step_server
     step_ready
     CURRENT_PHASE=$PHASE_MODEL
@@ -499,7 +518,7 @@ main() {
   # A second copy (someone re-running the startup script by hand) waits for the first.
   exec 9>"$RUN_DIR/boot.lock"
   flock -w "$LOCK_TIMEOUT_S" 9 || { log "another boot script holds the lock"; exit 1; }
-  rm -f "$FAILED_FLAG" "$MODEL_REFRESHED" "$MODEL_STATE"
+  rm -f "$FAILED_FLAG" "$MODEL_REFRESHED" "$MODEL_STATE" "$KEY_CHANGED_FLAG"
   report "$PHASE_BOOT" "boot script started $(seconds_since_boot) s after boot"
   step_driver
   step_ecc

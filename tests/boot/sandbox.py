@@ -113,6 +113,7 @@ class Sandbox:
     delays: dict[str, float] = field(default_factory=dict)
     fetch_delays: dict[str, float] = field(default_factory=dict)
     llama_server: Path | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
     boots: list[BootResult] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -247,6 +248,7 @@ class Sandbox:
             "HF_HUB_DISABLE_UPDATE_CHECK": "1",
             "HF_HOME": str(self.root / "home" / "hf"),
         }
+        env.update(self.extra_env)
         if kill_at_call:
             env["QWEN36_SANDBOX_KILL_AT"] = kill_at_call
         if self.llama_server is not None:

@@ -532,6 +532,7 @@ def power_on() -> None:
     """What happens before GCE runs the startup script: pending ECC applies, dockerd restores containers."""
     with state() as host:
         host["powered"] = True
+        host["powered_at"] = time.time()
         host["mounts"] = []  # tmpfs is gone with the power
         gpu = host["gpu"]
         # A "sticky" GPU accepts -e 0 and still comes back with ECC on (the case the script must not loop on).

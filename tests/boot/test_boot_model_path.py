@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import urllib.parse
 import urllib.request
 from typing import Any
@@ -84,7 +85,9 @@ def test_new_vm_fetches_into_ram_serves_then_hashes_and_a_restart_fetches_again(
     assert {e["sha256"] for e in served(sandbox)} == {model.sha256}
 
 
-def test_new_host_where_the_gpu_reset_works_needs_no_reboot(make_sandbox: SandboxFactory, model: Model) -> None:
+def test_new_host_where_the_gpu_reset_works_needs_no_reboot(
+    make_sandbox: SandboxFactory, model: Model
+) -> None:
     sandbox = make_sandbox()
     sandbox.edit_host(lambda host: host["gpu"].update(reset_supported=True))
     result = sandbox.boot()
@@ -101,11 +104,29 @@ def test_gpu_reset_is_not_tried_while_a_process_holds_the_gpu(make_sandbox: Sand
     sandbox.edit_host(lambda host: host["gpu"].update(reset_supported=True))
     assert_ready(sandbox, sandbox.boot())
     sandbox.new_host("GPU-0002")
-    # Docker's restart policy brings the container back at boot, holding the GPU.
+    # Another process holds the GPU (the container docker restarted at boot is stopped first).
+    sandbox.edit_host(lambda host: host["gpu"].update(other_holders=[4242]))
     result = sandbox.boot()
     assert "process(es) hold GPU-0002; rebooting instead" in result.log
     assert ["-r"] not in result.commands("nvidia-smi") and result.rebooted
+    sandbox.edit_host(lambda host: host["gpu"].update(other_holders=[]))
     assert_ready(sandbox, sandbox.boot())
+
+
+def test_new_host_stops_the_restarted_container_then_resets_without_a_reboot(
+    make_sandbox: SandboxFactory, model: Model
+) -> None:
+    sandbox = make_sandbox()
+    sandbox.edit_host(lambda host: host["gpu"].update(reset_supported=True))
+    assert_ready(sandbox, sandbox.boot())
+    sandbox.new_host("GPU-0002")
+    result = sandbox.boot()
+    assert_ready(sandbox, result)
+    assert not result.commands("reboot") and ["-r"] in result.commands("nvidia-smi")
+    stop = next(i for i, c in enumerate(result.calls) if c["cmd"] == "docker" and c["argv"][0] == "stop")
+    reset = next(i for i, c in enumerate(result.calls) if c["cmd"] == "nvidia-smi" and c["argv"] == ["-r"])
+    assert stop < reset
+    in_ram(sandbox, model)
 
 
 def test_a_crc32c_mismatch_in_transit_is_refused_and_fetched_again(
@@ -150,7 +171,9 @@ def test_a_corrupt_cache_object_is_taken_out_after_serve_refetched_from_the_hub_
     # The cache object is replaced, exactly the generation judged bad, with the proven file.
     repaired = gcs_object(sandbox, model)
     assert repaired["generation"] != bad_generation and repaired["metadata"]["sha256"] == model.sha256
-    cp = next(a for a in result.commands("gcloud") if a[:2] == ["storage", "cp"] and a[-1].startswith("gs://"))
+    cp = next(
+        a for a in result.commands("gcloud") if a[:2] == ["storage", "cp"] and a[-1].startswith("gs://")
+    )
     assert f"--if-generation-match={bad_generation}" in cp
     assert "self-staged gs://" in result.log
 
@@ -171,7 +194,9 @@ def test_a_truncated_cache_object_is_refused_before_any_download(
     result = sandbox.boot()
     assert_ready(sandbox, result)
     assert f"holds {model.size // 2} bytes, the stack pins {model.size} (a truncated upload)" in result.log
-    assert not [a for a in result.commands("gcloud") if a[:2] == ["storage", "cp"] and a[2].startswith("gs://")]
+    assert not [
+        a for a in result.commands("gcloud") if a[:2] == ["storage", "cp"] and a[2].startswith("gs://")
+    ]
     assert {e["sha256"] for e in sandbox.loads()} == {model.sha256}
     in_ram(sandbox, model)
 
@@ -212,13 +237,13 @@ def test_a_flipped_byte_in_the_disk_copy_with_size_and_mtime_kept_is_caught_by_t
         byte = handle.read(1)
         handle.seek(model.size // 2)
         handle.write(bytes([byte[0] ^ 0x01]))
-    import os
-
     os.utime(disk, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
     before = hub_downloads(hub)
     result = sandbox.boot()
     assert_ready(sandbox, result)
-    assert any(d.startswith("serving the disk copy kept after a hub download") for d in result.details("model"))
+    assert any(
+        d.startswith("serving the disk copy kept after a hub download") for d in result.details("model")
+    )
     out = next(d for d in result.details("model") if "failed its sha256 check" in d)
     assert out.startswith("served file failed its sha256 check (from disk: ")
     assert hub_downloads(hub) > before
