@@ -133,13 +133,14 @@ def nvidia_smi(argv: list[str]) -> int:
         if argv[:1] == ["-r"]:
             # A GPU reset applies a pending ECC change without a reboot, where the host allows
             # it and no process holds the GPU. https://docs.nvidia.com/deploy/nvidia-smi/index.html
-            time.sleep(delays().get("gpu_reset", 0))
             if not gpu.get("reset_supported") or _gpu_holders(host):
                 return err(
                     "Unable to reset GPU 00000000:00:03.0 because it's being used by some other process "
                     "or it is not supported on this platform.",
                     255,
                 )
+            # A refusal is immediate; a reset takes its time (tests/boot/durations.py).
+            time.sleep(delays().get("gpu_reset", 0))
             gpu["ecc_current"] = gpu["ecc_pending"]
             print("GPU 00000000:00:03.0 was successfully reset.\nAll done.")
             return 0
