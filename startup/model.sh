@@ -198,14 +198,15 @@ gcs_judge() {
 gcs_copy() {
   # gcs_copy DEST: one sliced download of the described generation. gcloud validates the CRC32C
   # of every slice and of the whole; if_fast_else_fail turns a missing compiled crc32c (which
-  # silently means one stream and no sliced download) into an error instead.
-  local dest=$1 rc=0 out
-  out=$(CLOUDSDK_STORAGE_CHECK_HASHES=if_fast_else_fail \
-    CLOUDSDK_STORAGE_SLICED_OBJECT_DOWNLOAD_MAX_COMPONENTS=$GCS_COMPONENTS \
-    CLOUDSDK_STORAGE_SLICED_OBJECT_DOWNLOAD_COMPONENT_SIZE=$GCS_COMPONENT_SIZE \
-    CLOUDSDK_STORAGE_PROCESS_COUNT=$GCS_PROCESSES CLOUDSDK_STORAGE_THREAD_COUNT=$GCS_THREADS \
-    timeout "$GCS_FETCH_TIMEOUT_S" gcloud storage cp --no-user-output-enabled \
-    "$GCS_URL#$OBJ_GEN" "$dest" 2>&1) || rc=$?
+  # silently means one stream and no sliced download) into an error, and the download is then made
+  # on purpose in one stream, hashed in Python (slow, still checked), with the reason in the log.
+  local dest=$1 rc=0 out check=if_fast_else_fail
+  out=$(gcs_cp "$check" "$dest") || rc=$?
+  if ((rc != 0)) && grep -qi 'crc32c' <<<"$out"; then
+    log "no compiled crc32c for gcloud: a single-stream download with a Python CRC32C instead of ${GCS_COMPONENTS} slices (install the google-cloud-cli's gcloud-crc32c): $(tr '\n' ' ' <<<"$out")"
+    check=always rc=0
+    out=$(gcs_cp "$check" "$dest") || rc=$?
+  fi
   if ((rc != 0)); then
     log "gcloud storage cp $GCS_URL failed (exit $rc): $(tr '\n' ' ' <<<"$out")"
     rm -f "$dest" "${dest}_.gstmp"
@@ -218,6 +219,16 @@ gcs_copy() {
     rm -f "$dest"
     return 1
   fi
+}
+
+gcs_cp() {
+  # gcs_cp CHECK_HASHES DEST
+  CLOUDSDK_STORAGE_CHECK_HASHES=$1 \
+    CLOUDSDK_STORAGE_SLICED_OBJECT_DOWNLOAD_MAX_COMPONENTS=$GCS_COMPONENTS \
+    CLOUDSDK_STORAGE_SLICED_OBJECT_DOWNLOAD_COMPONENT_SIZE=$GCS_COMPONENT_SIZE \
+    CLOUDSDK_STORAGE_PROCESS_COUNT=$GCS_PROCESSES CLOUDSDK_STORAGE_THREAD_COUNT=$GCS_THREADS \
+    timeout "$GCS_FETCH_TIMEOUT_S" gcloud storage cp --no-user-output-enabled \
+    "$GCS_URL#$OBJ_GEN" "$2" 2>&1
 }
 
 fetch_from_gcs() {

@@ -298,3 +298,17 @@ def test_a_403_past_the_bound_fails_naming_the_role_and_the_bucket(
     assert f"roles/storage.objectViewer on gs://{sandbox.bucket}" in reason
     assert hub_downloads(hub) == before, "never a silent switch to the hub"
     assert sandbox.loads() == []
+
+
+def test_without_a_compiled_crc32c_the_download_is_one_checked_stream_said_so_not_the_hub(
+    make_sandbox: SandboxFactory, model: Model, hub: HfServer
+) -> None:
+    sandbox = make_sandbox()
+    sandbox.edit_host(lambda host: host["gpu"].update(reset_supported=True))
+    sandbox.edit_host(lambda host: host.update(crc32c_compiled=False))
+    before = hub_downloads(hub)
+    result = sandbox.boot()
+    assert_ready(sandbox, result)
+    assert "no compiled crc32c for gcloud: a single-stream download with a Python CRC32C" in result.log
+    assert hub_downloads(hub) == before
+    in_ram(sandbox, model)

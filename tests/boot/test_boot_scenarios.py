@@ -191,7 +191,7 @@ def test_server_that_never_gets_healthy_fails_with_its_log(make_sandbox: Sandbox
     result = sandbox.boot()
     assert result.rc == 1 and result.phases[-1] == "failed"
     detail = sandbox.guest_attributes()["detail"]
-    assert detail.startswith("server: not healthy after 900 s; last log lines:")
+    assert detail.startswith("server: not healthy after 960 s; last log lines:")
     assert "main: loading model" in detail
 
 
