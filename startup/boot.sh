@@ -36,6 +36,7 @@ HEALTH_POLL_S=5
 # would add 2.5 s on average to every boot's time to ready.
 HEALTH_FAST_POLLS=60
 HEALTH_FAST_POLL_S=1
+HEALTH_FAST_POLL_STRIDE=5
 HEALTH_PROBE_TIMEOUT_S=5
 # Docker restarts a crashed container forever (--restart unless-stopped), so a load that always
 # fails (CUDA out of memory: a ctxSize too large for the L4) would show only as the whole health
@@ -288,11 +289,14 @@ prepare_model() {
     return 0
   fi
   : >"$MODEL_REFRESHED"
-  stop_stale_server
-  local rc=3
+  # Stopping the container docker restarted overlaps the object lookup; it is done before any byte
+  # is written where the container could load it.
+  stop_stale_server &
+  local stopper=$! rc=3
   if ((SKIP_GCS == 0)) && [[ -n $MODEL_BUCKET ]]; then
     rc=0
     gcs_describe || rc=$?
+    wait "$stopper" || true
     if ((rc == 0)) && gcs_judge; then
       pick_model_dir "$OBJ_SIZE"
       rc=0
@@ -312,6 +316,7 @@ prepare_model() {
       GCS_STATE=error
     fi
   fi
+  wait "$stopper" 2>/dev/null || true
   if disk_copy_usable; then
     SERVE_DIR=$MODEL_DIR SERVE_FROM=disk
     report "$PHASE_MODEL" "serving the disk copy kept after a hub download: $DISK_MODEL (sha256 checked once served)"
@@ -473,7 +478,8 @@ step_ready() {
       return 0
     fi
     state="" restarts=""
-    if ((watch)); then
+    # The container's state every poll once polls are 5 s apart; every fifth of the 1 s ones.
+    if ((watch)) && ((i >= HEALTH_FAST_POLLS || i % HEALTH_FAST_POLL_STRIDE == 0)); then
       rc=0
       state=$(container_state) || rc=$?
       # A docker that hung once is not asked again, so the wait stays within the health bound
