@@ -171,11 +171,10 @@ def nvidia_smi(argv: list[str]) -> int:
 
 
 def _gpu_holders(host: dict[str, Any]) -> list[int]:
-    return [
-        c["pid"]
-        for c in host["docker"]["containers"].values()
-        if c.get("running") and c.get("gpus") and c.get("pid")
-    ]
+    """Running GPU containers, plus ``other_holders`` (another process on the GPU)."""
+    containers = host["docker"]["containers"].values()
+    running = [c["pid"] for c in containers if c.get("running") and c.get("gpus") and c.get("pid")]
+    return running + list(host["gpu"].get("other_holders", []))
 
 
 def mount(argv: list[str]) -> int:
