@@ -11,7 +11,7 @@ from infra.config import deployment_name, load_config, load_gcp_project
 from infra.fleet import Fleet, FleetArgs, export_fleet
 from infra.health_gate import HealthGate, HealthGateArgs
 from infra.identity import Identity, IdentityArgs
-from infra.model_cache import ModelCache, ModelCacheArgs
+from infra.model_cache import ModelCache, ModelCacheArgs, model_object_name
 from infra.network import NetworkAccess, NetworkAccessArgs
 from infra.outputs import export_all
 from infra.server_args import PORT
@@ -49,6 +49,7 @@ identity = Identity(
         account_id=name,
         bucket=cache.bucket_name,
         self_stage_model=cfg.self_stage_model,
+        model_object=model_object_name(cfg),
         depends_on=[apis],
     ),
 )

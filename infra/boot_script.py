@@ -1,8 +1,10 @@
 """Render the server VM's startup script from the validated stack config.
 
 The script is ``#!/bin/bash``, a block of shell assignments generated here (every value through
-``shlex.quote``), the model fetch tool as a quoted heredoc, then ``startup/lib.sh`` (the helpers it
-shares with the bake script) and ``startup/boot.sh`` verbatim.
+``shlex.quote``), the VM agents it starts (``startup/idle_watch.py``; ``startup/metrics_publisher.py``
+for an autoscaled fleet) as quoted heredocs, then ``startup/lib.sh`` (the helpers it shares with the bake script),
+``startup/model.sh`` (the model path: tmpfs, ``gcloud storage cp``, ``hf download``, the post-serve
+hash) and ``startup/boot.sh`` verbatim.
 A changed startup script replaces the VM, so the output depends on the config alone: no clock,
 no randomness, no ordering that could vary.
 """
@@ -29,15 +31,14 @@ from infra.server_args import (
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BODY_PATH = REPO_ROOT / "startup" / "boot.sh"
 LIB_PATH = REPO_ROOT / "startup" / "lib.sh"
-FETCH_TOOL_PATH = REPO_ROOT / "qwen36" / "fetch.py"
 METRICS_PUBLISHER_PATH = REPO_ROOT / "startup" / "metrics_publisher.py"
 PUBLISHER_HEREDOC_END = "QWEN36_METRICS_PUBLISHER_EOF"
 IDLE_WATCH_PATH = REPO_ROOT / "startup" / "idle_watch.py"
+MODEL_SH_PATH = REPO_ROOT / "startup" / "model.sh"
 
 # GCE caps one metadata value at 256 KB; the rendered script stays well below it.
 # https://cloud.google.com/compute/docs/metadata/setting-custom-metadata#limitations
 MAX_SCRIPT_BYTES = 200_000
-HEREDOC_END = "QWEN36_FETCH_TOOL_EOF"
 IDLE_WATCH_END = "QWEN36_IDLE_WATCH_EOF"
 _DRIVER_BRANCH_RE = re.compile(r"nvidia-(\d+)")
 
@@ -89,6 +90,7 @@ def render_boot_script(cfg: StackConfig, *, bucket: str, api_key_secret: str | N
         "MODEL_SHA256": cfg.model_sha256,
         "MODEL_SIZE_BYTES": str(cfg.model_size_bytes),
         "SELF_STAGE": "1" if cfg.self_stage_model else "0",
+        "PROGRESS_MIN_INTERVAL_S": str(boot_protocol.PROGRESS_MIN_INTERVAL_S),
         "API_KEY_SECRET": api_key_secret or "",
         "GCP_PROJECT": project,
         # Fleet members with an autoscaler publish their load (startup/metrics_publisher.py).
@@ -106,7 +108,6 @@ def render_boot_script(cfg: StackConfig, *, bucket: str, api_key_secret: str | N
         *(f"{name}={_quote_word(value)}" for name, value in scalars.items()),
         _array("SERVER_ARGS", args),
         _array("SERVER_ARGS_DEGRADED", degraded),
-        _fetch_tool_function(FETCH_TOOL_PATH.read_text(encoding="utf-8")),
         *(
             [
                 _embedded_file(
@@ -121,6 +122,7 @@ def render_boot_script(cfg: StackConfig, *, bucket: str, api_key_secret: str | N
         ),
         _embedded_file("qwen36_idle_watch_tool", IDLE_WATCH_PATH.read_text(encoding="utf-8"), IDLE_WATCH_END),
         LIB_PATH.read_text(encoding="utf-8"),
+        MODEL_SH_PATH.read_text(encoding="utf-8"),
         BODY_PATH.read_text(encoding="utf-8"),
     ]
     script = "\n".join(lines)
@@ -143,15 +145,6 @@ def _quote_word(value: str) -> str:
 
 def _array(name: str, values: Iterable[str]) -> str:
     return f"{name}=({' '.join(shlex.quote(v) for v in values)})"
-
-
-def _fetch_tool_function(source: str) -> str:
-    # A quoted heredoc delimiter turns off every expansion, so the Python text lands byte for byte.
-    if HEREDOC_END in source.splitlines():
-        raise BootScriptError(f"the fetch tool contains the heredoc delimiter line {HEREDOC_END}")
-    if not source.endswith("\n"):
-        source += "\n"
-    return f"qwen36_fetch_tool() {{\n  cat <<'{HEREDOC_END}'\n{source}{HEREDOC_END}\n}}\n"
 
 
 def _embedded_file(function: str, source: str, end: str) -> str:

@@ -14,8 +14,12 @@ import pulumi
 import pulumi_gcp as gcp
 
 BUCKET_READ_ROLE = "roles/storage.objectViewer"
-# Lets the first boot stage the model from Hugging Face into the cache for later boots.
-BUCKET_WRITE_ROLE = "roles/storage.objectCreator"
+# Lets a boot that took the hub fill the cache for later boots, replace a cache object that failed
+# its sha256 (objectCreator cannot overwrite) and complete a missing sha256 in its metadata. The
+# condition holds it to the one model object: nothing else in the bucket can be written or deleted.
+# https://cloud.google.com/storage/docs/access-control/iam-roles
+# https://cloud.google.com/iam/docs/conditions-resource-attributes#resource-name
+BUCKET_WRITE_ROLE = "roles/storage.objectUser"
 PROJECT_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
 
 
@@ -25,6 +29,8 @@ class IdentityArgs:
     account_id: str
     bucket: pulumi.Input[str]
     self_stage_model: bool
+    # The model object's name in the bucket (infra.model_cache.model_object_name).
+    model_object: str = ""
     depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
 
 
@@ -48,13 +54,30 @@ class Identity(pulumi.ComponentResource):
         )
         self.email = self.account.email
         self.member = self.account.email.apply(lambda email: f"serviceAccount:{email}")
-        bucket_roles = [BUCKET_READ_ROLE] + ([BUCKET_WRITE_ROLE] if args.self_stage_model else [])
-        for role in bucket_roles:
+        gcp.storage.BucketIAMMember(
+            f"{name}-bucket-{BUCKET_READ_ROLE.split('.')[-1].lower()}",
+            bucket=args.bucket,
+            role=BUCKET_READ_ROLE,
+            member=self.member,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        if args.self_stage_model:
             gcp.storage.BucketIAMMember(
-                f"{name}-bucket-{role.split('.')[-1].lower()}",
+                f"{name}-bucket-{BUCKET_WRITE_ROLE.split('.')[-1].lower()}",
                 bucket=args.bucket,
-                role=role,
+                role=BUCKET_WRITE_ROLE,
                 member=self.member,
+                condition=gcp.storage.BucketIAMMemberConditionArgs(
+                    title="model-object-only",
+                    description="Write, replace and update the model object, nothing else",
+                    expression=pulumi.Output.concat(
+                        'resource.name == "projects/_/buckets/',
+                        args.bucket,
+                        "/objects/",
+                        args.model_object,
+                        '"',
+                    ),
+                ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
         for role in PROJECT_ROLES:

@@ -1,8 +1,9 @@
 """Which path the VM's model step will take, looked up at ``pulumi up`` with the deployer's credentials.
 
-The VM takes the GCS path only for an object that ``qwen36/fetch.py gcs`` would accept: sha256 metadata
-present and equal to the expected value (when one is configured), and a stored size matching the
-object's. Anything else sends it to Hugging Face. Looking is best effort: no credentials, a missing
+The VM takes the GCS path (startup/model.sh) for an object whose metadata does not contradict the
+stack: a sha256 equal to the pinned one (or none: the VM then ties it to the hub's LFS sha256 after the
+serve and completes the metadata), and a stored size matching the object's. Anything else sends it to
+Hugging Face. Looking is best effort: no credentials, a missing
 bucket or a slow API give an answer with a reason, never an error that stops the deployment.
 """
 
@@ -79,8 +80,6 @@ def _judge(uri: str, size: int | None, metadata: dict[str, str], expected: str) 
     """The same checks fetch.py makes on the VM, so the preview does not promise a path it won't take."""
     found_sha = metadata.get("sha256", "")
     found_size = metadata.get("size", "")
-    if not found_sha:
-        return _hf(f"{uri} has no sha256 metadata, so the VM will not trust it; {STAGE_HINT}")
     if found_size and found_size != str(size):
         return _hf(
             f"{uri} holds {size} bytes but its metadata says {found_size} (a truncated upload); restage it"
@@ -88,6 +87,13 @@ def _judge(uri: str, size: int | None, metadata: dict[str, str], expected: str) 
     if expected and found_sha != expected:
         return _hf(f"{uri} has sha256 {found_sha}, the stack expects {expected}; restage it")
     gigabytes = (size or 0) / 1e9
+    if not found_sha:
+        return CacheProbe(
+            "gcs",
+            f"{uri} ({gigabytes:.1f} GB) has no sha256 metadata: the VM serves it once it passed its "
+            "CRC32C, checks it against the hub's LFS sha256 after the serve and completes the metadata",
+            COLD_START_GCS,
+        )
     return CacheProbe(
         "gcs", f"{uri} is staged ({gigabytes:.1f} GB, sha256 {found_sha[:12]}…)", COLD_START_GCS
     )

@@ -7,31 +7,39 @@ The bucket comes from ``pulumi stack output modelBucket``, the object name from 
 ``Pulumi.<stack>.yaml`` through ``infra.config.parse_config``, which fills in the same defaults as
 ``Pulumi.yaml`` and runs the same validation as ``pulumi up``; no Pulumi login is needed for it.
 
-The expected sha256 is ``modelSha256`` when set; otherwise, from the hub, the file's LFS sha256 (read
-by the same ``qwen36/fetch.py`` code the VM runs); otherwise, for a local file, its computed hash. The
-upload is resumable (an interrupted run continues from the bytes GCS already holds), the object gets
-``sha256`` and ``size`` as custom metadata, and its crc32c is checked against the local file. An object
-that already holds the same sha256 and size is left alone.
+The expected sha256 is ``modelSha256`` when set; otherwise, from the hub, the file's LFS sha256 (the
+same ``X-Linked-Etag`` the VM reads); otherwise, for a local file, its computed hash. The hub download
+is huggingface_hub's. The upload is resumable (an interrupted run continues from the bytes GCS already
+holds), the object gets ``sha256`` and ``size`` as custom metadata, and its crc32c is checked against
+the local file. An object that already holds the same sha256, size and (when the local file is at
+hand) CRC32C is left alone; one whose CRC32C differs from the verified file is replaced: that is how a
+bad cache object is repaired.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qwen36 import fetch
+from qwen36.stage_common import (
+    EXIT_INTERRUPTED,
+    EXIT_VERIFY,
+    ProgressCallback,
+    Say,
+    StageError,
+    Target,
+)
 
 if TYPE_CHECKING:
-    from google.cloud import storage
     from rich.progress import Progress
 
     from infra.config import StackConfig
@@ -41,26 +49,8 @@ if TYPE_CHECKING:
 DEFAULT_CHUNK_MIB = 16
 PULUMI_TIMEOUT_S = 120
 STACK_OUTPUT_BUCKET = "modelBucket"
-
-Say = Callable[[str], None]
-
-
-class StageError(Exception):
-    """A one-line reason the model was not staged; ``exit_code`` follows fetch.py's (4 = bad content)."""
-
-    def __init__(self, message: str, exit_code: int = fetch.EXIT_ERROR) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-@dataclass(frozen=True)
-class Target:
-    bucket: str
-    name: str
-
-    @property
-    def uri(self) -> str:
-        return f"gs://{self.bucket}/{self.name}"
+HASH_BLOCK = 8 * 1024 * 1024
+HUB_TIMEOUT_S = 30.0
 
 
 def default_cache_dir() -> Path:
@@ -139,32 +129,30 @@ def stage(
     progress: Progress | None = None,
 ) -> str:
     """Stage the model; returns "already staged", "uploaded" or "resumed"."""
-    import google_crc32c
-
     from qwen36 import stage_gcs
 
     client = stage_gcs.storage_client()
     bucket = stage_gcs.readable_bucket(client, target.bucket)
-    crc = google_crc32c.Checksum()
     if from_file is not None:
-        path, sha256, size = _local_source(cfg, target, bucket, from_file, crc, say, progress)
-        if path is None:
-            return "already staged"
+        path, sha256, size, crc32c = _local_source(cfg, from_file, say, progress)
     else:
         sha256, size = _hub_expectation(cfg)
         done, why = stage_gcs.staged_state(bucket, target.name, sha256, size)
         say(f"{target.uri}: {why}")
         if done:
             return "already staged"
-        path = cache_dir / "models" / cfg.model_repo / cfg.model_file
-        with _task(progress, "download from huggingface", size) as update:
-            fetch.fetch_hf(
-                cfg.model_repo, cfg.model_revision, cfg.model_file, str(path), sha256, size, callback=update
+        path = _hub_download(cfg, cache_dir / "models" / cfg.model_repo)
+        actual, crc32c = _hash_file(path, progress, "sha256 + crc32c of the download")
+        if actual != sha256:
+            path.unlink(missing_ok=True)
+            raise StageError(
+                f"{path}: the hub sent sha256 {actual}, expected {sha256}; deleted it", EXIT_VERIFY
             )
         say(f"{path}: sha256 {sha256} verified (kept for reruns; delete it once staged to free the space)")
-        with _task(progress, "crc32c of the download", size) as update:
-            _crc_file(path, crc, update)
-    crc32c = base64.b64encode(crc.digest()).decode("ascii")
+    done, why = stage_gcs.staged_state(bucket, target.name, sha256, size, crc32c)
+    say(f"{target.uri}: {why}")
+    if done:
+        return "already staged"
     with _task(progress, f"upload to {target.uri}", size) as update:
         return stage_gcs.upload(
             client, bucket, target, path, sha256, size, crc32c, cache_dir, chunk_size, say, update
@@ -172,28 +160,70 @@ def stage(
 
 
 def _hub_expectation(cfg: StackConfig) -> tuple[str, int]:
+    """The file's LFS sha256 and size from the hub, checked against modelSha256/modelSizeBytes."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError
+
     label = f"{cfg.model_repo}@{cfg.model_revision}/{cfg.model_file}"
+    endpoint = os.environ.get("HF_ENDPOINT") or None
+    url = hf_hub_url(cfg.model_repo, cfg.model_file, revision=cfg.model_revision, endpoint=endpoint)
     try:
-        hub = fetch.hf_resolve(cfg.model_repo, cfg.model_revision, cfg.model_file)
-        return fetch.expected_from_hub(hub, cfg.model_sha256, cfg.model_size_bytes or None, label)
-    except fetch.VerifyError as exc:
-        raise StageError(f"{exc} (modelSha256/modelSizeBytes in the stack config)", exc.exit_code) from None
-    except fetch.FetchError as exc:
-        raise StageError(str(exc), exc.exit_code) from None
+        meta = get_hf_file_metadata(url, timeout=HUB_TIMEOUT_S, endpoint=endpoint)
+    except (EntryNotFoundError, RepositoryNotFoundError):
+        raise StageError(f"{label} is not on the hub (modelRepo/modelFile/modelRevision)") from None
+    except (HfHubHTTPError, OSError) as exc:
+        raise StageError(f"cannot read {label} from the hub: {exc}") from None
+    found = (meta.etag or "").lower()
+    if len(found) != 64 or any(c not in "0123456789abcdef" for c in found):
+        if not cfg.model_sha256:
+            raise StageError(f"{label}: the hub gives no LFS sha256 (etag {meta.etag!r}); set modelSha256")
+        found = cfg.model_sha256
+    if cfg.model_sha256 and found != cfg.model_sha256:
+        raise StageError(
+            f"{label}: expected sha256 {cfg.model_sha256}, the hub says {found} "
+            "(modelSha256 in the stack config)",
+            EXIT_VERIFY,
+        )
+    size = meta.size or 0
+    if cfg.model_size_bytes and size and size != cfg.model_size_bytes:
+        raise StageError(
+            f"{label}: expected {cfg.model_size_bytes} bytes, the hub says {size} "
+            "(modelSizeBytes in the stack config)",
+            EXIT_VERIFY,
+        )
+    return found, size or cfg.model_size_bytes
+
+
+def _hub_download(cfg: StackConfig, local_dir: Path) -> Path:
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        local_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StageError(
+            f"cannot create the cache directory {local_dir}: {exc.strerror} (--cache-dir)"
+        ) from None
+    try:
+        where = hf_hub_download(
+            cfg.model_repo,
+            cfg.model_file,
+            revision=cfg.model_revision,
+            local_dir=local_dir,
+            endpoint=os.environ.get("HF_ENDPOINT") or None,
+        )
+    except (HfHubHTTPError, OSError) as exc:
+        raise StageError(f"the hub download stopped ({exc}); rerun to resume it") from None
+    return Path(where)
 
 
 def _local_source(
-    cfg: StackConfig,
-    target: Target,
-    bucket: storage.Bucket,
-    path: Path,
-    crc: Any,
-    say: Say,
-    progress: Progress | None,
-) -> tuple[Path | None, str, int]:
-    """Check a local file against the config; ``None`` for the path when the bucket already has it."""
-    from qwen36 import stage_gcs
-
+    cfg: StackConfig, path: Path, say: Say, progress: Progress | None
+) -> tuple[Path, str, int, str]:
+    """A local file checked against the config: (path, sha256, size, crc32c)."""
+    if not path.is_file():
+        what = "a directory" if path.is_dir() else "not a readable file"
+        raise StageError(f"--from-file {path}: {what}; pass the .gguf file itself")
     try:
         size = path.stat().st_size
     except OSError as exc:
@@ -201,45 +231,45 @@ def _local_source(
     if cfg.model_size_bytes and size != cfg.model_size_bytes:
         raise StageError(
             f"{path}: expected {cfg.model_size_bytes} bytes (modelSizeBytes), the file has {size}",
-            fetch.EXIT_VERIFY,
+            EXIT_VERIFY,
         )
+    actual, crc32c = _hash_file(path, progress, "sha256 + crc32c of the file")
     expected = cfg.model_sha256
-    if expected:
-        done, why = stage_gcs.staged_state(bucket, target.name, expected, size)
-        say(f"{target.uri}: {why}")
-        if done:
-            return None, expected, size
-    with _task(progress, "sha256 of the file", size) as update:
-        actual = fetch.sha256_file(str(path), update, also=[crc])
     if expected and actual != expected:
         raise StageError(
             f"{path}: expected sha256 {expected} (modelSha256), the file has {actual}; not uploading it",
-            fetch.EXIT_VERIFY,
+            EXIT_VERIFY,
         )
     if not expected:
         say(f"{path}: no modelSha256 in the stack config; staging its computed sha256 {actual}")
-        done, why = stage_gcs.staged_state(bucket, target.name, actual, size)
-        say(f"{target.uri}: {why}")
-        if done:
-            return None, actual, size
-    return path, actual, size
+    return path, actual, size, crc32c
 
 
-def _crc_file(path: Path, crc: Any, update: fetch.ProgressCallback) -> None:
+def _hash_file(path: Path, progress: Progress | None, label: str) -> tuple[str, str]:
+    """sha256 (hex) and CRC32C (base64, as GCS reports it) in one read."""
+    import google_crc32c
+
+    sha = hashlib.sha256()
+    crc = google_crc32c.Checksum()
     total = path.stat().st_size
     done = 0
-    with path.open("rb") as handle:
-        while block := handle.read(fetch.HASH_BLOCK):
-            crc.update(block)
-            done += len(block)
-            update(done, total)
+    try:
+        with _task(progress, label, total) as update, path.open("rb") as handle:
+            while block := handle.read(HASH_BLOCK):
+                sha.update(block)
+                crc.update(block)
+                done += len(block)
+                update(done, total)
+    except OSError as exc:
+        raise StageError(f"cannot read {path}: {exc.strerror}") from None
+    return sha.hexdigest(), base64.b64encode(crc.digest()).decode("ascii")
 
 
 # -------------------------------------------------------------------------------------- progress
 
 
 @contextmanager
-def _task(progress: Progress | None, label: str, total: int) -> Iterator[fetch.ProgressCallback]:
+def _task(progress: Progress | None, label: str, total: int) -> Iterator[ProgressCallback]:
     if progress is None:
         yield lambda done, total: None
         return
@@ -305,15 +335,21 @@ def run(args: argparse.Namespace) -> int:
         cfg = load_stack_config(stack, args.project_dir)
         target = Target(args.bucket or stack_bucket(stack), args.object or object_name_for(cfg))
         cache_dir = args.cache_dir or default_cache_dir()
+        try:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StageError(
+                f"cannot create the cache directory {cache_dir}: {exc.strerror} (--cache-dir)"
+            ) from None
         with _progress() as progress:
             outcome = stage(
                 cfg, target, args.from_file, cache_dir, args.chunk_mib * 1024 * 1024, say, progress
             )
-    except (StageError, fetch.FetchError) as exc:
+    except StageError as exc:
         say(f"error: {exc}")
         return exc.exit_code
     except KeyboardInterrupt:
         say("interrupted; rerun the same command to resume")
-        return fetch.EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED
     print(f"stage: {target.uri}: {outcome}", flush=True)
     return 0

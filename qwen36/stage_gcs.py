@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -22,8 +21,7 @@ from google.resumable_media import common
 from google.resumable_media.requests import ResumableUpload
 from requests import exceptions as http_errors
 
-from qwen36 import fetch
-from qwen36.stage import StageError, Target
+from qwen36.stage_common import EXIT_VERIFY, ProgressCallback, Say, StageError, Target, backoff_s
 
 CONTENT_TYPE = "application/octet-stream"
 GCS_TIMEOUT_S = 120
@@ -31,8 +29,9 @@ GCS_TIMEOUT_S = 120
 # the library's own retrying of one chunk, capped well below its 10-minute default.
 MAX_CHUNK_ATTEMPTS = 5
 CHUNK_RETRY_S = 60.0
-
-Say = Callable[[str], None]
+# The bucket check is the first request: one bounded try, so an unreachable GCS is named at once
+# instead of after the client's default two minutes of retries.
+BUCKET_CHECK_TIMEOUT_S = 30
 
 
 def storage_client() -> storage.Client:
@@ -47,24 +46,38 @@ def storage_client() -> storage.Client:
 def readable_bucket(client: storage.Client, name: str) -> storage.Bucket:
     """The bucket, checked up front: a wrong name or a missing permission fails before any download."""
     try:
-        return client.get_bucket(name, timeout=GCS_TIMEOUT_S)
+        return client.get_bucket(name, timeout=BUCKET_CHECK_TIMEOUT_S, retry=None)
     except exceptions.NotFound:
         raise StageError(
             f"bucket gs://{name} does not exist; deploy the stack first (`pulumi up`) or pass --bucket"
         ) from None
     except exceptions.Forbidden as exc:
         raise StageError(f"the credentials in use cannot read bucket gs://{name}: {exc.message}") from None
+    except (exceptions.GoogleAPIError, http_errors.RequestException, OSError) as exc:
+        raise StageError(
+            f"cannot reach GCS to check bucket gs://{name} ({exc.__class__.__name__}: {exc}); "
+            "check the network or proxy and rerun"
+        ) from None
 
 
-def staged_state(bucket: storage.Bucket, name: str, sha256: str, size: int) -> tuple[bool, str]:
-    """Whether the object already holds exactly this file, and what it holds otherwise."""
-    blob = bucket.get_blob(name, timeout=GCS_TIMEOUT_S)
+def staged_state(
+    bucket: storage.Bucket, name: str, sha256: str, size: int, crc32c: str = ""
+) -> tuple[bool, str]:
+    """Whether the object already holds exactly this file, and what it holds otherwise. With the
+    verified file's ``crc32c`` at hand, an object whose bytes differ from it while its metadata
+    claims the same sha256 is found out (and then replaced): GCS computed its CRC32C from its bytes."""
+    blob = _get_blob(bucket, name)
     if blob is None:
         return False, "not staged yet"
     metadata = blob.metadata or {}
     found_sha = metadata.get("sha256", "")
     found_size = metadata.get("size", "")
     if found_sha == sha256 and blob.size == size and found_size in ("", str(size)):
+        if crc32c and blob.crc32c != crc32c:
+            return False, (
+                f"the object claims sha256 {sha256} but its crc32c {blob.crc32c} is not the verified "
+                f"file's {crc32c} (a corrupt cache object): replacing it"
+            )
         return True, "already staged"
     return False, (
         f"the object holds sha256 {found_sha or '(none)'}, {blob.size} bytes (metadata size "
@@ -86,6 +99,13 @@ class SessionUpload(ResumableUpload):
         self._retry_strategy = common.RetryStrategy(max_cumulative_retry=CHUNK_RETRY_S)
 
 
+def _get_blob(bucket: storage.Bucket, name: str) -> storage.Blob | None:
+    try:
+        return bucket.get_blob(name, timeout=GCS_TIMEOUT_S)
+    except (exceptions.GoogleAPIError, http_errors.RequestException, OSError) as exc:
+        raise StageError(f"cannot read gs://{bucket.name}/{name} ({exc.__class__.__name__}); rerun") from None
+
+
 def state_file(cache_dir: Path, target: Target, sha256: str) -> Path:
     key = hashlib.sha256(f"{target.bucket}/{target.name}/{sha256}".encode()).hexdigest()[:24]
     return cache_dir / "uploads" / f"{key}.json"
@@ -102,7 +122,7 @@ def upload(
     cache_dir: Path,
     chunk_size: int,
     say: Say,
-    on_progress: fetch.ProgressCallback,
+    on_progress: ProgressCallback,
 ) -> str:
     """Resumable upload into ``target``; afterwards the object's size, metadata and crc32c must match."""
     state = state_file(cache_dir, target, sha256)
@@ -112,8 +132,13 @@ def upload(
         resumed_at = session.bytes_uploaded if session else 0
         if session is None:
             url = _new_session(client, bucket, target, sha256, size)
-            state.parent.mkdir(parents=True, exist_ok=True)
-            state.write_text(json.dumps({"uri": target.uri, "sha256": sha256, "size": size, "url": url}))
+            try:
+                state.parent.mkdir(parents=True, exist_ok=True)
+                state.write_text(json.dumps({"uri": target.uri, "sha256": sha256, "size": size, "url": url}))
+            except OSError as exc:
+                raise StageError(
+                    f"cannot keep the upload state in {state.parent}: {exc.strerror} (--cache-dir)"
+                ) from None
             session = SessionUpload(url, stream, size, chunk_size)
         on_progress(resumed_at, size)
         _transmit(session, transport, size, on_progress)
@@ -125,21 +150,23 @@ def upload(
     return "uploaded"
 
 
-def _transmit(session: SessionUpload, transport: Any, size: int, on_progress: fetch.ProgressCallback) -> None:
+def _transmit(session: SessionUpload, transport: Any, size: int, on_progress: ProgressCallback) -> None:
     failures = 0
     while not session.finished:
         try:
+            if failures:
+                # Ask GCS which bytes it holds, then continue from there.
+                session.recover(transport)
             session.transmit_next_chunk(transport, timeout=GCS_TIMEOUT_S)
             failures = 0
-        except (common.InvalidResponse, http_errors.RequestException) as exc:
+        except (common.InvalidResponse, http_errors.RequestException, OSError) as exc:
             failures += 1
             if failures >= MAX_CHUNK_ATTEMPTS:
                 raise StageError(
                     f"upload stopped at byte {session.bytes_uploaded} of {size} after {failures} failures "
-                    f"({exc}); rerun to resume from there"
+                    f"({exc.__class__.__name__}: {exc}); rerun to resume from there"
                 ) from None
-            time.sleep(fetch.backoff_s(failures))
-            session.recover(transport)
+            time.sleep(backoff_s(failures))
         on_progress(session.bytes_uploaded, size)
 
 
@@ -148,9 +175,14 @@ def _new_session(
 ) -> str:
     blob = bucket.blob(target.name)
     blob.metadata = {"sha256": sha256, "size": str(size)}
-    url: str = blob.create_resumable_upload_session(
-        content_type=CONTENT_TYPE, size=size, client=client, timeout=GCS_TIMEOUT_S, checksum=None
-    )
+    try:
+        url: str = blob.create_resumable_upload_session(
+            content_type=CONTENT_TYPE, size=size, client=client, timeout=GCS_TIMEOUT_S, checksum=None
+        )
+    except (exceptions.GoogleAPIError, http_errors.RequestException, OSError) as exc:
+        raise StageError(
+            f"cannot start the upload to {target.uri} ({exc.__class__.__name__}); rerun"
+        ) from None
     return url
 
 
@@ -180,7 +212,7 @@ def _resume(
 
 def check_uploaded(bucket: storage.Bucket, target: Target, sha256: str, size: int, crc32c: str) -> None:
     """What GCS stored must be what was read here; a bad object is deleted, never left for a VM."""
-    blob = bucket.get_blob(target.name, timeout=GCS_TIMEOUT_S)
+    blob = _get_blob(bucket, target.name)
     if blob is None:
         raise StageError(f"{target.uri} is missing right after its upload finished")
     metadata = blob.metadata or {}
@@ -193,4 +225,4 @@ def check_uploaded(bucket: storage.Bucket, target: Target, sha256: str, size: in
         problems.append(f"crc32c {blob.crc32c}, the local file has {crc32c}")
     if problems:
         blob.delete(timeout=GCS_TIMEOUT_S)
-        raise StageError(f"{target.uri} was deleted: it held " + "; ".join(problems), fetch.EXIT_VERIFY)
+        raise StageError(f"{target.uri} was deleted: it held " + "; ".join(problems), EXIT_VERIFY)

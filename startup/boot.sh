@@ -1,5 +1,6 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2154  # SERVER_*, MODEL_*, GA_*, PHASE_* ... are set by the rendered config block.
+# shellcheck disable=SC2034  # the model state (SERVE_*, GCS_STATE, ...) is shared with startup/model.sh.
 #
 # The server VM's boot body. GCE runs the startup script on every boot (first boot, the ECC reboot,
 # each restart after a spot preemption, possibly on another host), as a oneshot unit whose failure
@@ -20,6 +21,7 @@ MODEL_DIR=${QWEN36_MODEL_DIR:-$STATE_DIR/models}
 # The key lives on the boot disk, not in /run: docker restarts the container at boot before this
 # script runs, and a bind-mount source that vanished with /run would stop it from starting.
 SECRETS_DIR=${QWEN36_SECRETS_DIR:-$STATE_DIR/secrets}
+# The VM agents the boot starts (the idle watcher, the load publisher) are written here.
 BIN_DIR=${QWEN36_BIN_DIR:-$STATE_DIR/bin}
 HEALTH_URL=${QWEN36_HEALTH_URL:-http://127.0.0.1:$SERVER_PORT/health}
 
@@ -28,8 +30,6 @@ HEALTH_URL=${QWEN36_HEALTH_URL:-http://127.0.0.1:$SERVER_PORT/health}
 LOCK_TIMEOUT_S=60
 NVIDIA_SMI_TIMEOUT_S=60
 DRIVER_INSTALL_TIMEOUT_S=1200   # dkms compiles the kernel module
-MODEL_FETCH_TIMEOUT_S=3600      # HuggingFace measured 300-480 s for the 22 GB file
-GCS_SLICES=8
 SECRET_ATTEMPTS=5               # errors other than a denial (network, 5xx)
 SECRET_TIMEOUT_S=60
 # IAM documents that a grant usually applies within 2 minutes and can take 7 or more; the grant
@@ -40,6 +40,11 @@ SECRET_BACKOFF_FIRST_S=10
 SECRET_BACKOFF_MAX_S=60
 HEALTH_POLLS=180
 HEALTH_POLL_S=5
+# The first minute is polled every second: a 22 GB load from tmpfs takes ~16 s, and a 5 s poll
+# would add 2.5 s on average to every boot's time to ready.
+HEALTH_FAST_POLLS=60
+HEALTH_FAST_POLL_S=1
+HEALTH_FAST_POLL_STRIDE=5
 HEALTH_PROBE_TIMEOUT_S=5
 # Docker restarts a crashed container forever (--restart unless-stopped), so a load that always
 # fails (CUDA out of memory: a ctxSize too large for the L4) would show only as the whole health
@@ -48,7 +53,6 @@ HEALTH_PROBE_TIMEOUT_S=5
 # about as many loads. One or two may be a transient fault that a restart cures.
 # https://docs.docker.com/reference/api/engine/version/v1.57/schemas/RestartPolicy/
 CRASH_RESTARTS=3
-SELF_STAGE_TIMEOUT_S=3600
 SYSTEMCTL_TIMEOUT_S=30
 PUBLISHER_RESTART_S=10
 STOP_JOB_POLLS=20
@@ -57,16 +61,26 @@ LOG_TAIL_LINES=20
 
 CONTAINER_NAME=llama-server
 SPEC_LABEL=qwen36.spec
-MODEL_PATH="$MODEL_DIR/${MODEL_FILE##*/}"
-MODEL_MARKER="$MODEL_PATH.verified"
-FETCH_TOOL="$BIN_DIR/fetch.py"
+IDLE_WATCH_TOOL="$BIN_DIR/idle_watch.py"
+IDLE_UNIT=qwen36-idle-watch
+IDLE_METRICS_URL=${QWEN36_METRICS_URL:-http://127.0.0.1:$SERVER_PORT/metrics}
+IDLE_RESTART_S=30 # systemd's pause before it restarts a failed watcher
+
+# tmpfs, mounted by the model step (startup/model.sh says why and how big).
+MODEL_RAM_DIR=${QWEN36_MODEL_RAM_DIR:-/run/qwen36-model}
+RAM_MODEL="$MODEL_RAM_DIR/$MODEL_NAME"
+RAM_MARKER="$MODEL_RAM_DIR/.sha256-checked"
+DISK_MODEL="$MODEL_DIR/$MODEL_NAME"
+# shellcheck disable=SC2034  # read by startup/model.sh, pasted before this file
+DISK_MARKER="$DISK_MODEL.verified"
 KEY_FILE="$SECRETS_DIR/llama-api-key"
 RUN_DIR="$STATE_DIR/run"
 FAILED_FLAG="$RUN_DIR/failed"
 ECC_MARKER="$STATE_DIR/ecc-reboot-requested"
-SELF_STAGE_PENDING="$STATE_DIR/self-stage-pending"
 
 MODEL_REFRESHED="$RUN_DIR/model-refreshed"
+MODEL_STATE="$RUN_DIR/model.env"
+KEY_CHANGED_FLAG="$RUN_DIR/key-changed"
 MAIN_PID=$BASHPID
 CURRENT_PHASE=$PHASE_BOOT
 DEGRADED=0
@@ -168,11 +182,16 @@ step_driver() {
 
 step_ecc() {
   CURRENT_PHASE=$PHASE_ECC
-  local mode gpu
-  mode=$(gpu_query ecc.mode.current)
-  gpu=$(gpu_query uuid)
+  local info mode gpu asked
+  # One nvidia-smi for both: each call costs a driver round trip on the critical path.
+  info=$(gpu_query uuid,ecc.mode.current)
+  gpu=${info%%,*}
+  mode=${info##*, }
   if [[ $mode != Enabled ]]; then
     # The marker only guards the reboot it asked for; a later host starts afresh.
+    if [[ -f $ECC_MARKER ]] && asked=$(sed -n 's/^epoch=//p' "$ECC_MARKER") && [[ -n $asked ]]; then
+      log "ECC reboot path: from the reboot request to this boot's ECC check took $(($(date +%s) - asked)) s"
+    fi
     rm -f "$ECC_MARKER"
     report "$PHASE_ECC" "ECC $mode on $gpu"
     return 0
@@ -187,13 +206,41 @@ step_ecc() {
     report "$PHASE_ECC" "degraded: nvidia-smi -e 0 was refused on $gpu; serving with ctx-size $DEGRADED_CTX_SIZE"
     return 0
   fi
+  if ecc_reset "$gpu"; then
+    return 0
+  fi
   # The marker is written after -e 0 took: a boot cut off in between reboots into ECC off anyway.
-  printf 'reboot requested for ECC\ngpu=%s\nat=%s\n' "$gpu" "$(utc_now)" >"$ECC_MARKER.tmp"
+  printf 'reboot requested for ECC\ngpu=%s\nat=%s\nepoch=%s\n' "$gpu" "$(utc_now)" "$(date +%s)" >"$ECC_MARKER.tmp"
   mv -f "$ECC_MARKER.tmp" "$ECC_MARKER"
   sync
   report "$PHASE_ECC" "ECC disabled for the next boot on $gpu; rebooting"
   reboot
   exit 0
+}
+
+ecc_reset() {
+  # A pending ECC change applies at the next reboot (30-90 s on GCE) or, where the driver allows
+  # it, at a GPU reset, which needs a GPU no process holds. 0: ECC is off now.
+  # https://docs.nvidia.com/deploy/nvidia-smi/index.html (-r, --gpu-reset)
+  local gpu=$1 holders started mode
+  # The container docker restarted at boot cannot serve (its model was in tmpfs): it goes first.
+  stop_stale_server
+  holders=$(nvsmi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | grep -c . || true)
+  if ((holders > 0)); then
+    log "GPU reset skipped: $holders process(es) hold $gpu; rebooting instead"
+    return 1
+  fi
+  started=$SECONDS
+  if ! nvsmi -r >/dev/null 2>&1; then
+    log "GPU reset refused on $gpu after $((SECONDS - started)) s; rebooting instead"
+    return 1
+  fi
+  mode=$(gpu_query ecc.mode.current)
+  if [[ $mode != Disabled ]]; then
+    log "GPU reset took $((SECONDS - started)) s but ECC reads $mode; rebooting instead"
+    return 1
+  fi
+  report "$PHASE_ECC" "ECC disabled on $gpu by a GPU reset in $((SECONDS - started)) s, no reboot"
 }
 
 prepare_docker() {
@@ -227,113 +274,102 @@ announce_pull() {
   report "$PHASE_PREPARE" "pulling $SERVER_IMAGE (attempt $1/$IMAGE_PULL_ATTEMPTS)"
 }
 
-fetch_tool() {
-  python3 "$FETCH_TOOL" "$@"
-}
-
-file_stamp() {
-  # Size and mtime to the nanosecond (date -r: stat's %.9Y needs a newer coreutils than 22.04's).
-  echo "$(stat -c %s "$1") $(date -u -r "$1" +%s.%N)"
-}
-
-marker_matches() {
-  [[ -f $MODEL_PATH && -f $MODEL_MARKER ]] || return 1
-  local size mtime sha
-  read -r size mtime sha <"$MODEL_MARKER" || return 1
-  [[ $(file_stamp "$MODEL_PATH") == "$size $mtime" ]] || return 1
-  [[ -z $MODEL_SHA256 || $sha == "$MODEL_SHA256" ]]
-}
-
-write_marker() {
-  # Later boots trust a file whose size and mtime still match what was hashed; the hash itself
-  # (~2 min for 22 GB) runs once per download.
-  local sha=$1
-  printf '%s %s\n' "$(file_stamp "$MODEL_PATH")" "$sha" >"$MODEL_MARKER.tmp"
-  mv -f "$MODEL_MARKER.tmp" "$MODEL_MARKER"
-}
-
-verified_sha() {
-  # The sha256 the fetch verified against: the pinned one, else the one the tool reports on its
-  # success line (the hub's LFS hash or the cache object's metadata), else empty: self-staging
-  # hashes the file then.
-  local out=$1
-  if [[ -n $MODEL_SHA256 ]]; then
-    echo "$MODEL_SHA256"
-  elif [[ $out =~ verified\ sha256\ ([0-9a-f]{64}) ]]; then
-    echo "${BASH_REMATCH[1]}"
-  fi
-}
-
-stop_unverified_server() {
-  # Docker's restart policy starts the container at boot, before this script: one that loaded a
-  # file whose marker no longer matches is stopped until the file is verified again.
+stop_stale_server() {
+  # Docker's restart policy starts the container at boot, before this script, on a model directory
+  # that no longer holds a proven file (tmpfs is empty after a boot): it is stopped until the
+  # model is in place again.
   command -v docker >/dev/null 2>&1 || return 0
   local running
   running=$(timeout "$DOCKER_CMD_TIMEOUT_S" docker inspect --format '{{.State.Running}}' \
     "$CONTAINER_NAME" 2>/dev/null || true)
   if [[ $running == true ]]; then
-    report "$PHASE_MODEL" "stopping $CONTAINER_NAME: the model on disk is not verified"
+    report "$PHASE_MODEL" "stopping $CONTAINER_NAME until the model is in place and checked"
     timeout "$DOCKER_CMD_TIMEOUT_S" docker stop "$CONTAINER_NAME" >/dev/null || true
   fi
 }
 
+pick_model_dir() {
+  # FETCH_DIR: tmpfs when the RAM budget allows (see startup/model.sh), else the boot disk.
+  local bytes=$1
+  if ((bytes > 0)) && ram_dir_ready "$bytes"; then
+    FETCH_DIR=$MODEL_RAM_DIR
+  else
+    mkdir -p "$MODEL_DIR"
+    FETCH_DIR=$MODEL_DIR
+    log "fetching to the boot disk $MODEL_DIR"
+  fi
+  rm -f "$FETCH_DIR/$MODEL_NAME"
+}
+
+save_model_state() {
+  # Plain assignments (not declare -p): sourced inside a function, declare would make them local.
+  local name
+  for name in SERVE_DIR SERVE_FROM EXPECTED_SHA OBJ_SIZE OBJ_CRC OBJ_SHA OBJ_GEN GCS_STATE; do
+    printf '%s=%q\n' "$name" "${!name}"
+  done >"$MODEL_STATE.tmp"
+  mv -f "$MODEL_STATE.tmp" "$MODEL_STATE"
+}
+
 prepare_model() {
   CURRENT_PHASE=$PHASE_MODEL
-  mkdir -p "$MODEL_DIR"
-  if marker_matches; then
-    report "$PHASE_MODEL" "verified copy on disk: $MODEL_PATH"
+  if [[ -f $RAM_MARKER && -f $RAM_MODEL ]] && [[ $(<"$RAM_MARKER") == "${MODEL_SHA256:-$(<"$RAM_MARKER")}" ]]; then
+    # The startup script run again in the same boot: the RAM copy already passed its hash.
+    SERVE_DIR=$MODEL_RAM_DIR SERVE_FROM=ram EXPECTED_SHA=$(<"$RAM_MARKER")
+    report "$PHASE_MODEL" "model already in RAM and checked: $RAM_MODEL"
+    save_model_state
     return 0
   fi
-  rm -f "$MODEL_MARKER"
   : >"$MODEL_REFRESHED"
-  stop_unverified_server
-  local out rc
-  if [[ -f $MODEL_PATH && -n $MODEL_SHA256 ]]; then
-    report "$PHASE_MODEL" "verifying the copy on disk"
+  # Stopping the container docker restarted overlaps the object lookup; it is done before any byte
+  # is written where the container could load it.
+  stop_stale_server &
+  local stopper=$! rc=3
+  if ((SKIP_GCS == 0)) && [[ -n $MODEL_BUCKET ]]; then
     rc=0
-    out=$(fetch_tool verify --path "$MODEL_PATH" --sha256 "$MODEL_SHA256" "${SIZE_ARG[@]}") || rc=$?
-    if ((rc == 0)); then
-      write_marker "$MODEL_SHA256"
-      report "$PHASE_MODEL" "verified copy on disk: $MODEL_PATH"
-      return 0
+    gcs_describe || rc=$?
+    wait "$stopper" || true
+    if ((rc == 0)) && gcs_judge; then
+      pick_model_dir "$OBJ_SIZE"
+      rc=0
+      fetch_from_gcs "$FETCH_DIR" || rc=$?
+      if ((rc == 0)); then
+        SERVE_DIR=$FETCH_DIR SERVE_FROM=gcs
+        report "$PHASE_MODEL" "fetched from the GCS cache into $FETCH_DIR (CRC32C $OBJ_CRC checked; sha256 $EXPECTED_SHA checked once served)"
+        save_model_state
+        return 0
+      fi
+    elif ((rc == 3)); then
+      GCS_STATE=missing
+      log "cache miss: $GCS_URL"
+    elif ((rc == 0)); then
+      log "the cache object is unusable; taking another source"
+    else
+      GCS_STATE=error
     fi
-    log "the copy on disk failed verification (exit $rc); fetching it again"
-    rm -f "$MODEL_PATH"
   fi
-  # An unverified file left at MODEL_PATH is checked by the fetch tool against the source's hash
-  # and replaced atomically when it differs; a download cut off earlier resumes from its checkpoint.
-  local progress=$GA_REPORT_URL
-  rc=3
-  if [[ -n $MODEL_BUCKET ]]; then
-    report "$PHASE_MODEL" "fetching gs://$MODEL_BUCKET/$MODEL_OBJECT"
-    rc=0
-    out=$(timeout "$MODEL_FETCH_TIMEOUT_S" python3 "$FETCH_TOOL" gcs --bucket "$MODEL_BUCKET" \
-      --object "$MODEL_OBJECT" --dest "$MODEL_PATH" "${SHA_ARG[@]}" "${SIZE_ARG[@]}" \
-      --slices "$GCS_SLICES" --progress-url "$progress") || rc=$?
-    if ((rc == 0)); then
-      write_marker "$(verified_sha "$out")"
-      report "$PHASE_MODEL" "fetched and verified from the GCS cache"
-      return 0
-    fi
-    case $rc in
-      3) log "cache miss: gs://$MODEL_BUCKET/$MODEL_OBJECT" ;;
-      4) log "the cached copy failed verification" ;;
-      *) log "the GCS fetch failed (exit $rc)" ;;
-    esac
+  wait "$stopper" 2>/dev/null || true
+  if disk_copy_usable; then
+    SERVE_DIR=$MODEL_DIR SERVE_FROM=disk
+    report "$PHASE_MODEL" "serving the disk copy kept after a hub download: $DISK_MODEL (sha256 checked once served)"
+    save_model_state
+    return 0
   fi
-  report "$PHASE_MODEL" "fetching $MODEL_REPO/$MODEL_FILE@$MODEL_REVISION from HuggingFace"
-  local hf_rc=0
-  out=$(timeout "$MODEL_FETCH_TIMEOUT_S" python3 "$FETCH_TOOL" hf --repo "$MODEL_REPO" \
-    --revision "$MODEL_REVISION" --file "$MODEL_FILE" --dest "$MODEL_PATH" "${SHA_ARG[@]}" \
-    "${SIZE_ARG[@]}" --progress-url "$progress") || hf_rc=$?
-  ((hf_rc == 0)) || fail "HuggingFace download failed (exit $hf_rc)"
-  local sha
-  sha=$(verified_sha "$out")
-  write_marker "$sha"
-  if [[ $SELF_STAGE == 1 && -n $MODEL_BUCKET ]] && ((rc == 3 || rc == 4)); then
-    printf '%s\n' "$sha" >"$SELF_STAGE_PENDING"
+  hub_head
+  local size=$MODEL_SIZE_BYTES
+  ((size != 0)) || size=$HUB_SIZE
+  pick_model_dir "$size"
+  fetch_from_hub "$FETCH_DIR"
+  SERVE_DIR=$FETCH_DIR SERVE_FROM=hub
+  report "$PHASE_MODEL" "fetched from HuggingFace into $FETCH_DIR (sha256 checked once served)"
+  save_model_state
+}
+
+key_job() {
+  # The secret read in its own job: its result crosses back as a flag file.
+  step_api_key
+  if ((KEY_CHANGED)); then
+    : >"$KEY_CHANGED_FLAG"
   fi
-  report "$PHASE_MODEL" "fetched and verified from HuggingFace"
 }
 
 process_tree() {
@@ -375,33 +411,45 @@ stop_job() {
 }
 
 prepare_in_parallel() {
-  # The image pull (~170 s) and the model fetch (~72 s from GCS, minutes from HuggingFace) share
-  # nothing, so the boot costs the longer of the two, not their sum. The first to fail stops the
-  # other: a boot that has failed does no more work and reports nothing after its failure.
+  # The image pull (~170 s), the model fetch (~13 s from GCS into RAM, minutes from HuggingFace)
+  # and the secret read share nothing, so the boot costs the longest of them, not their sum.
+  # WITH_KEY ($1) is 0 on a refetch after a failed post-serve hash (the key is in place by then).
+  # The first job to fail stops the others and everything they started (the download writes
+  # progress): a boot that has failed does no more work, and its reason is the last report.
+  local with_key=$1 pid first rc
+  local -a pids=()
   (JOB_PID=$BASHPID && prepare_docker) &
-  local docker_pid=$!
+  pids+=($!)
   (JOB_PID=$BASHPID && prepare_model) &
-  local model_pid=$!
-  local first="" other rc=0 other_rc=0 why
-  wait -n -p first "$docker_pid" "$model_pid" || rc=$?
-  other=$model_pid
-  if [[ $first == "$model_pid" ]]; then
-    other=$docker_pid
+  pids+=($!)
+  if ((with_key)); then
+    (JOB_PID=$BASHPID && key_job) &
+    pids+=($!)
   fi
-  if ((rc != 0)); then
-    stop_job "$other"
-    other_rc=stopped
-  else
-    wait "$other" || other_rc=$?
-  fi
-  if [[ $rc != 0 || $other_rc != 0 ]]; then
-    CURRENT_PHASE=$PHASE_PREPARE
-    why="docker preparation or model preparation failed (exit $rc, then $other_rc)"
-    if [[ -s $FAILED_FLAG ]]; then
-      why=$(<"$FAILED_FLAG")
+  while ((${#pids[@]} > 0)); do
+    rc=0
+    first=""
+    wait -n -p first "${pids[@]}" || rc=$?
+    local -a rest=()
+    for pid in "${pids[@]}"; do
+      [[ $pid == "$first" ]] || rest+=("$pid")
+    done
+    pids=("${rest[@]}")
+    if ((rc != 0)); then
+      for pid in "${pids[@]}"; do
+        stop_job "$pid"
+      done
+      CURRENT_PHASE=$PHASE_PREPARE
+      local why="a preparation job failed (exit $rc)"
+      if [[ -s $FAILED_FLAG ]]; then
+        why=$(<"$FAILED_FLAG")
+      fi
+      report "$PHASE_FAILED" "$why"
+      exit 1
     fi
-    report "$PHASE_FAILED" "$why"
-    exit 1
+  done
+  if [[ -e $KEY_CHANGED_FLAG ]]; then
+    KEY_CHANGED=1
   fi
 }
 
@@ -492,7 +540,7 @@ step_server() {
     args=("${SERVER_ARGS[@]}")
   fi
   opts=(--restart unless-stopped --gpus all -p "$SERVER_PORT:$SERVER_PORT"
-    -v "$MODEL_DIR:$CONTAINER_MODEL_DIR:ro")
+    -v "$SERVE_DIR:$CONTAINER_MODEL_DIR:ro")
   if [[ -n $API_KEY_SECRET ]]; then
     opts+=(-v "$KEY_FILE:$CONTAINER_API_KEY_FILE:ro")
   fi
@@ -500,9 +548,16 @@ step_server() {
   spec=$(printf '%s\0' "$SERVER_IMAGE" "${opts[@]}" "${args[@]}" | sha256sum | cut -c1-32)
   state=$(timeout "$DOCKER_CMD_TIMEOUT_S" docker inspect \
     --format "{{.State.Running}} {{index .Config.Labels \"$SPEC_LABEL\"}}" "$CONTAINER_NAME" 2>/dev/null || true)
-  if ((KEY_CHANGED == 0)) && [[ ! -e $MODEL_REFRESHED ]]; then
+  # The model directory is bind-mounted by path and resolved at each start, so a new model file
+  # needs a (re)start, not a new container; a rotated key does (a file mount pins its inode).
+  if ((KEY_CHANGED == 0)); then
     case $state in
       "true $spec")
+        if [[ -e $MODEL_REFRESHED ]]; then
+          report "$PHASE_SERVER" "restarting $CONTAINER_NAME on the new model file"
+          timeout "$DOCKER_CMD_TIMEOUT_S" docker restart "$CONTAINER_NAME" >/dev/null
+          return 0
+        fi
         report "$PHASE_SERVER" "container $CONTAINER_NAME already runs the wanted image and arguments; left alone"
         return 0
         ;;
@@ -542,9 +597,10 @@ log_tail() {
 step_ready() {
   CURRENT_PHASE=$PHASE_SERVER
   report "$PHASE_SERVER" "waiting for $HEALTH_URL"
-  local i pause state rc restarts status code crashes why baseline="" watch=1
+  local i pause fast state rc restarts status code crashes why baseline="" watch=1
   pause=$(scaled "$HEALTH_POLL_S")
-  for ((i = 0; i < HEALTH_POLLS; i++)); do
+  fast=$(scaled "$HEALTH_FAST_POLL_S")
+  for ((i = 0; i < HEALTH_FAST_POLLS + HEALTH_POLLS; i++)); do
     if curl -fsS --max-time "$HEALTH_PROBE_TIMEOUT_S" "$HEALTH_URL" >/dev/null 2>&1; then
       local detail
       detail="llama-server healthy $(seconds_since_boot) s after boot"
@@ -555,7 +611,8 @@ step_ready() {
       return 0
     fi
     state="" restarts=""
-    if ((watch)); then
+    # The container's state every poll once polls are 5 s apart; every fifth of the 1 s ones.
+    if ((watch)) && ((i >= HEALTH_FAST_POLLS || i % HEALTH_FAST_POLL_STRIDE == 0)); then
       rc=0
       state=$(container_state) || rc=$?
       # A docker that hung once is not asked again, so the wait stays within the health bound
@@ -575,28 +632,33 @@ step_ready() {
         fail "llama-server keeps exiting ($why); $(log_tail)"
       fi
     fi
-    sleep "$pause"
+    if ((i < HEALTH_FAST_POLLS)); then
+      sleep "$fast"
+    else
+      sleep "$pause"
+    fi
   done
-  fail "not healthy after $((HEALTH_POLLS * HEALTH_POLL_S)) s; $(log_tail)"
+  fail "not healthy after $((HEALTH_FAST_POLLS * HEALTH_FAST_POLL_S + HEALTH_POLLS * HEALTH_POLL_S)) s; $(log_tail)"
 }
 
-self_stage() {
-  # After a HuggingFace fallback the cache is filled for the next VM; readiness is already
-  # reported, and a boot cut off here leaves the pending flag for the next one.
-  [[ -f $SELF_STAGE_PENDING ]] || return 0
-  local sha
-  sha=$(<"$SELF_STAGE_PENDING")
-  if [[ -z $sha ]]; then
-    sha=$(sha256sum "$MODEL_PATH" | cut -d ' ' -f 1)
-  fi
-  log "self-staging the model to gs://$MODEL_BUCKET/$MODEL_OBJECT"
-  if timeout "$SELF_STAGE_TIMEOUT_S" python3 "$FETCH_TOOL" upload --bucket "$MODEL_BUCKET" \
-    --object "$MODEL_OBJECT" --src "$MODEL_PATH" --sha256 "$sha"; then
-    rm -f "$SELF_STAGE_PENDING"
-    log "self-staged gs://$MODEL_BUCKET/$MODEL_OBJECT"
-  else
-    log "warning: self-staging failed; the next boot tries again"
-  fi
+serve_and_check() {
+  # The model, the server, readiness, then the full sha256 of the served file after the server is
+  # up. A file that fails it took the server out of service; it is fetched again from another
+  # source, a bounded number of times.
+  local attempt
+  for ((attempt = 1; ; attempt++)); do
+    prepare_in_parallel $((attempt == 1))
+    # shellcheck source=/dev/null  # written by prepare_model in its parallel job
+    source "$MODEL_STATE"
+    step_server
+    step_ready
+    CURRENT_PHASE=$PHASE_MODEL
+    if post_serve_verify; then
+      [[ $SERVE_DIR != "$MODEL_RAM_DIR" ]] || printf '%s' "$EXPECTED_SHA" >"$RAM_MARKER"
+      return 0
+    fi
+    ((attempt < MODEL_ATTEMPTS)) || fail "the served model failed its sha256 check after $MODEL_ATTEMPTS fetches"
+  done
 }
 
 start_metrics_publisher() {
@@ -623,17 +685,6 @@ start_metrics_publisher() {
     log "warning: could not start $unit; this server's load is not published"
   fi
 }
-
-install_fetch_tool() {
-  install -d -m 0755 "$BIN_DIR"
-  qwen36_fetch_tool >"$FETCH_TOOL.tmp"
-  mv -f "$FETCH_TOOL.tmp" "$FETCH_TOOL"
-}
-
-IDLE_WATCH_TOOL="$BIN_DIR/idle_watch.py"
-IDLE_UNIT=qwen36-idle-watch
-IDLE_METRICS_URL=${QWEN36_METRICS_URL:-http://127.0.0.1:$SERVER_PORT/metrics}
-IDLE_RESTART_S=30 # systemd's pause before it restarts a failed watcher
 
 start_idle_watch() {
   # Idle autostop (startup/idle_watch.py): resizes this VM's group to 0 after IDLE_STOP_MINUTES
@@ -672,21 +723,15 @@ main() {
   # A second copy (someone re-running the startup script by hand) waits for the first.
   exec 9>"$RUN_DIR/boot.lock"
   flock -w "$LOCK_TIMEOUT_S" 9 || { log "another boot script holds the lock"; exit 1; }
-  rm -f "$FAILED_FLAG" "$MODEL_REFRESHED"
+  rm -f "$FAILED_FLAG" "$MODEL_REFRESHED" "$MODEL_STATE" "$KEY_CHANGED_FLAG"
   report "$PHASE_BOOT" "boot script started $(seconds_since_boot) s after boot"
-  install_fetch_tool
-  SHA_ARG=()
-  [[ -z $MODEL_SHA256 ]] || SHA_ARG=(--sha256 "$MODEL_SHA256")
-  SIZE_ARG=()
-  ((MODEL_SIZE_BYTES == 0)) || SIZE_ARG=(--size "$MODEL_SIZE_BYTES")
   step_driver
   step_ecc
-  prepare_in_parallel
-  step_api_key
-  step_server
-  step_ready
+  serve_and_check
   start_metrics_publisher
   start_idle_watch
+  complete_metadata
+  keep_disk_copy
   self_stage
 }
 

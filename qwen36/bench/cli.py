@@ -40,7 +40,9 @@ if TYPE_CHECKING:
     from qwen36.bench.launcher import Launcher
     from qwen36.bench.tune import TuneResult
 
-SWEEPS = ("n-max", "p-min", "parallel", "ctx")
+SWEEPS = ("n-max", "p-min", "parallel", "ctx", "fusion")
+# fusion (GGML_CUDA_DISABLE_FUSION) matters on CUDA only: asked for by name, not part of the default.
+DEFAULT_SWEEPS = ("n-max", "p-min", "parallel", "ctx")
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 
 
@@ -209,7 +211,10 @@ def register(subparsers: Any) -> None:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="config override (camelCase)"
     )
     tune.add_argument(
-        "--sweep", action="append", choices=SWEEPS, help="what to tune (repeatable; default all)"
+        "--sweep",
+        action="append",
+        choices=SWEEPS,
+        help="what to tune (repeatable; default all but fusion, which is CUDA's)",
     )
     tune.add_argument("--n-max", type=_csv(int), default=list(DEFAULT_N_MAX))
     tune.add_argument("--p-min", type=_csv(float), default=list(DEFAULT_P_MIN))
@@ -356,10 +361,10 @@ def make_launcher(args: argparse.Namespace) -> Launcher:
 def run_tune(
     args: argparse.Namespace, launcher: Launcher, base: StackConfig, say: Callable[[str], None]
 ) -> TuneResult:
-    from qwen36.bench.tune import TuneResult, search_ctx, sweep_draft, sweep_parallel
+    from qwen36.bench.tune import TuneResult, search_ctx, sweep_draft, sweep_fusion, sweep_parallel
     from qwen36.bench.workloads import select
 
-    sweeps = args.sweep or list(SWEEPS)
+    sweeps = args.sweep or list(DEFAULT_SWEEPS)
     workloads = select(args.workloads)
     bench_opts = {
         "reps": args.reps,
@@ -385,6 +390,9 @@ def run_tune(
         if best is not None:
             result.winners["spec_draft_p_min"] = best.setting["spec_draft_p_min"]
     current = current.model_copy(update=result.winners)
+    if "fusion" in sweeps:
+        result.fusion, note = sweep_fusion(launcher, current, workloads, **bench_opts)
+        result.notes.append(note)
     if "parallel" in sweeps:
         result.parallel, best = sweep_parallel(
             launcher, current, args.parallel, max_tokens=args.max_tokens, timeout_s=args.timeout, progress=say
@@ -443,6 +451,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 out.print(f"  {line}", markup=False, highlight=False)
         if (problem := result.config_problem()) is not None:
             out.print(f"note: with these values `pulumi up` would refuse the config: {problem}", markup=False)
-    if not result.winners:
+    if not result.winners and not any(t.ok for t in result.fusion):
         return _fail("no setting could be measured: see the FAILED rows above")
     return 0

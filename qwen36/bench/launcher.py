@@ -8,13 +8,14 @@ workstation); :class:`DockerLauncher` runs the pinned CUDA image on the VM.
 from __future__ import annotations
 
 import contextlib
+import os
 import resource
 import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -57,6 +58,10 @@ class Launcher(Protocol):
     description: str
 
     def launch(self, cfg: StackConfig) -> contextlib.AbstractContextManager[RunningServer]: ...
+
+    def with_env(self, env: dict[str, str]) -> Launcher:
+        """The same launcher, starting the server with these environment variables added."""
+        ...
 
 
 def free_port() -> int:
@@ -101,6 +106,9 @@ class LocalLauncher:
     startup_timeout_s: float = STARTUP_TIMEOUT_S
     env: dict[str, str] | None = None
     description: str = field(default="local llama-server")
+
+    def with_env(self, env: dict[str, str]) -> LocalLauncher:
+        return replace(self, env={**(self.env if self.env is not None else os.environ), **env})
 
     @contextlib.contextmanager
     def launch(self, cfg: StackConfig) -> Iterator[RunningServer]:
@@ -157,7 +165,11 @@ class DockerLauncher:
     name: str = "qwen36-tune"
     docker: str = "docker"
     startup_timeout_s: float = STARTUP_TIMEOUT_S
+    env: dict[str, str] = field(default_factory=dict)
     description: str = field(default="pinned llama.cpp container")
+
+    def with_env(self, env: dict[str, str]) -> DockerLauncher:
+        return replace(self, env={**self.env, **env})
 
     def run_command(self, cfg: StackConfig) -> list[str]:
         command = [
@@ -165,6 +177,8 @@ class DockerLauncher:
             "--publish", f"127.0.0.1:{self.host_port}:{PORT}",
             "--volume", f"{self.model_dir}:{CONTAINER_MODEL_DIR}:ro",
         ]  # fmt: skip
+        for name, value in sorted(self.env.items()):
+            command += ["--env", f"{name}={value}"]
         if self.api_key_file is not None:
             command += ["--volume", f"{self.api_key_file}:{CONTAINER_API_KEY_FILE}:ro"]
         command.append(server_image(cfg.llama_cpp_build))

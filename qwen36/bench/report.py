@@ -274,6 +274,7 @@ def tune_json(result: TuneResult) -> dict[str, Any]:
         "spec_draft_n_max": [_trial_json(t) for t in result.n_max],
         "spec_draft_p_min": [_trial_json(t) for t in result.p_min],
         "parallel": [_trial_json(t) for t in result.parallel],
+        "fusion": [_trial_json(t) for t in result.fusion],
         "ctx_size": {
             "resolution": result.ctx_resolution,
             "at_upper_bound": result.ctx_at_upper_bound,
@@ -286,11 +287,17 @@ def tune_json(result: TuneResult) -> dict[str, Any]:
     }
 
 
+def _setting_name(key: str) -> str:
+    """A config field's Pulumi key, or an environment variable's own name (upper case)."""
+    return key if key.isupper() else config_key(key).partition(":")[2]
+
+
 def tune_tables(result: TuneResult) -> list[Table]:
     tables = []
     for title, trials in (
         ("--spec-draft-n-max", result.n_max),
         ("--spec-draft-p-min", result.p_min),
+        ("GGML_CUDA_DISABLE_FUSION", result.fusion),
     ):
         if not trials:
             continue
@@ -298,7 +305,7 @@ def tune_tables(result: TuneResult) -> list[Table]:
         for column in ("Setting", "Min tok/s", "Mean tok/s", "Acceptance", "Result"):
             table.add_column(column, justify="left" if column in ("Setting", "Result") else "right")
         for t in trials:
-            setting = ", ".join(f"{config_key(k).partition(':')[2]}={v}" for k, v in t.setting.items())
+            setting = ", ".join(f"{_setting_name(k)}={v}" for k, v in t.setting.items())
             slowest = f"{_fmt(t.min_tps)} ({t.min_workload})" if t.min_workload else NA
             table.add_row(setting, slowest, _fmt(t.mean_tps), _pct(t.acceptance), t.error or "ok")
         tables.append(table)

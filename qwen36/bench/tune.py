@@ -27,6 +27,12 @@ FILL_GEN_TOKENS = 8
 FILL_MARGIN = 8
 REQUESTS_PER_SLOT = 2
 FILL_TEXT = " the"
+# The one switch left in the pinned build over CUDA's fused kernels: "1" turns every fusion off.
+# Public reports say a MoE fusion can cut MTP draft acceptance on Qwen3.6-35B-A3B; the sweep puts
+# acceptance and tok/s side by side with fusion on and off, so one run on an L4 settles it.
+# https://github.com/ggml-org/llama.cpp/blob/master/ggml/src/ggml-cuda/ggml-cuda.cu (GGML_CUDA_DISABLE_FUSION)
+FUSION_ENV = "GGML_CUDA_DISABLE_FUSION"
+FUSION_VALUES = ("0", "1")
 
 Progress = Callable[[str], None]
 
@@ -64,6 +70,7 @@ class TuneResult:
     n_max: list[Trial] = field(default_factory=list)
     p_min: list[Trial] = field(default_factory=list)
     parallel: list[Trial] = field(default_factory=list)
+    fusion: list[Trial] = field(default_factory=list)
     ctx: list[CtxProbe] = field(default_factory=list)
     ctx_resolution: int | None = None
     ctx_at_upper_bound: bool = False
@@ -158,6 +165,48 @@ def sweep_draft(
             )
         )
     return trials, _best(trials, lambda t: t.min_tps)
+
+
+def sweep_fusion(
+    launcher: Launcher,
+    base: StackConfig,
+    workloads: Sequence[Workload],
+    *,
+    reps: int,
+    max_tokens: int,
+    timeout_s: float,
+    progress: Progress,
+) -> tuple[list[Trial], str]:
+    """The same config with CUDA fusion on (the default) and off; and a note comparing the two."""
+    trials = []
+    for value in FUSION_VALUES:
+        progress(f"{FUSION_ENV}={value}")
+        running = launcher.with_env({FUSION_ENV: value}) if value != "0" else launcher
+        trials.append(
+            bench_setting(
+                running,
+                base,
+                {FUSION_ENV: value},
+                workloads,
+                reps=reps,
+                max_tokens=max_tokens,
+                timeout_s=timeout_s,
+            )
+        )
+    on, off = trials
+    if not (on.ok and off.ok):
+        return trials, f"{FUSION_ENV}: not compared (a setting failed to run)"
+
+    def pct(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.1%}"
+
+    faster = "off" if (off.min_tps or 0) > (on.min_tps or 0) else "on"
+    note = (
+        f"{FUSION_ENV}: fusion on gives acceptance {pct(on.acceptance)}, slowest workload "
+        f"{on.min_tps or 0:.1f} tok/s; fusion off ({FUSION_ENV}=1) gives {pct(off.acceptance)}, "
+        f"{off.min_tps or 0:.1f} tok/s: fusion {faster} is faster here"
+    )
+    return trials, note
 
 
 def sweep_parallel(

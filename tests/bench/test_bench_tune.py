@@ -175,3 +175,32 @@ def test_base_config_reads_a_stack_file_and_overrides(tmp_path: Path) -> None:
     assert (cfg.spec_draft_n_max, cfg.threads) == (3, 2)
     with pytest.raises(ConfigError, match="qwen36-mtp-l4:ctxSize"):
         base_config(stack, ["ctxSize=100"])
+
+
+def test_fusion_sweep_runs_both_settings_with_acceptance_side_by_side(
+    cli: Callable[..., CliRun], llama_server_bin: Path, tiny_mtp_model_agreeing: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "tune.json"
+    run = cli(
+        "tune", "--launcher", "local", "--server-bin", str(llama_server_bin),
+        "--model", str(tiny_mtp_model_agreeing), *TEST_SETTINGS, "--set", "specDraftNMax=2",
+        "--sweep", "fusion", "--reps", "1", "--max-tokens", "16", "--workloads", "chat", "--json", str(out),
+    )  # fmt: skip
+    doc = json.loads(out.read_text())
+    validate(doc, "tune.schema.json")
+    trials = {t["setting"]["GGML_CUDA_DISABLE_FUSION"]: t for t in doc["fusion"]}
+    assert set(trials) == {"0", "1"} and all(t["ok"] for t in trials.values()), run.err
+    # On CPU the switch changes nothing; what is shown is that both rows carry acceptance and tok/s.
+    assert all(t["acceptance"] > 0 and t["min_decode_tps"] > 0 for t in trials.values())
+    note = next(
+        n for n in doc["notes"] if n.startswith("GGML_CUDA_DISABLE_FUSION: fusion on gives acceptance")
+    )
+    assert "fusion off (GGML_CUDA_DISABLE_FUSION=1) gives" in note
+    assert doc["winners"] == {} and run.code == 0, "the fusion row is a finding, not a config key"
+
+
+def test_docker_launcher_passes_the_fusion_switch_into_the_container() -> None:
+    launcher = DockerLauncher(Path("/var/lib/qwen36/models")).with_env({"GGML_CUDA_DISABLE_FUSION": "1"})
+    command = launcher.run_command(make_config())
+    image = command.index(server_image(make_config().llama_cpp_build))
+    assert command[image - 2 : image] == ["--env", "GGML_CUDA_DISABLE_FUSION=1"]

@@ -52,7 +52,9 @@ def gcs() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def hub(model: Model) -> Iterator[HfServer]:
-    with HfServer() as server:
+    # The CDN on another host name, as on the real hub: huggingface_hub follows redirects on the
+    # hub's own host and reads the file's metadata from the redirect to any other.
+    with HfServer(cdn_host="localhost") as server:
         server.add_file(MODEL_REPO, MODEL_FILE, model.path)
         yield server
 

@@ -1,9 +1,11 @@
 """Run the real rendered boot script under bash, on a simulated VM in a temp dir.
 
 Only what this machine cannot be is a stub (``tests/boot/stubs.py`` on PATH): the GPU, apt, the
-kernel module, docker, gcloud, reboot, and the metadata server (``metadata_server.py``). Everything
-else is real: bash, coreutils, curl, sha256sum, the file system, the model fetch tool (qwen36/fetch.py,
-embedded in the script) against a real GCS emulator and the loopback hub (tests/cache/hf_server.py).
+kernel module, docker, gcloud, reboot, mount, and the metadata server (``metadata_server.py``).
+Everything else is real: bash, coreutils, curl, sha256sum, the file system, `gcloud storage` as a small
+real implementation (tests/boot/gcloud_storage.py) against a GCS emulator, and huggingface_hub's `hf`
+against the loopback hub (tests/cache/hf_server.py). The VM's tmpfs is a directory emptied at every
+power-off, and /proc/meminfo says 32 GB, as on a g2-standard-8.
 
 PATH holds the stubs, the programs "installed" so far, and links to a fixed list of real tools, so
 nothing on this machine (its own docker client, apt-get, reboot) can be reached by accident.
@@ -30,13 +32,21 @@ from infra import boot_protocol
 from tests.boot.metadata_server import MetadataServer, Write
 from tests.boot.stubs import kill_session
 
-STUBS = ("nvidia-smi", "apt-get", "dpkg", "modprobe", "systemctl", "nvidia-ctk", "reboot", "gcloud", "docker")
+STUBS = (
+    "nvidia-smi", "apt-get", "dpkg", "modprobe", "systemctl", "nvidia-ctk", "reboot", "gcloud", "docker",
+    "mount", "mountpoint",
+)  # fmt: skip
 # Installed on a stock Deep Learning VM image before any boot; docker is not.
-PREINSTALLED = ("nvidia-smi", "apt-get", "dpkg", "modprobe", "systemctl", "nvidia-ctk", "reboot", "gcloud")
+PREINSTALLED = (
+    "nvidia-smi", "apt-get", "dpkg", "modprobe", "systemctl", "nvidia-ctk", "reboot", "gcloud", "mount",
+    "mountpoint",
+)  # fmt: skip
+# A g2-standard-8: 8 vCPUs, 32 GB. https://cloud.google.com/compute/docs/gpus#l4-gpus
+MEMINFO = "MemTotal:       32873084 kB\nMemFree:        31000000 kB\nMemAvailable:   31500000 kB\n"
 REAL_TOOLS = (
     "bash", "sh", "env", "cat", "date", "sleep", "awk", "curl", "grep", "head", "tail", "tr", "cut",
     "stat", "mv", "rm", "mkdir", "install", "chmod", "cmp", "sync", "flock", "timeout", "sha256sum",
-    "sed", "ls", "id", "basename", "dirname", "touch", "cp", "true", "false", "wc",
+    "sed", "ls", "id", "basename", "dirname", "touch", "cp", "true", "false", "wc", "nice", "ionice", "du",
 )  # fmt: skip
 STUB_PROGRAM = Path(__file__).resolve().parent / "stubs.py"
 BOOT_TIMEOUT_S = 90.0
@@ -118,6 +128,7 @@ class Sandbox:
     delays: dict[str, float] = field(default_factory=dict)
     fetch_delays: dict[str, float] = field(default_factory=dict)
     llama_server: Path | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
     boots: list[BootResult] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -125,6 +136,7 @@ class Sandbox:
         self.disk = self.root / "disk"
         self.state_dir = self.disk / "var/lib/qwen36"
         self.model_dir = self.state_dir / "models"
+        self.ram_dir = self.root / "tmpfs" / "qwen36-model"
         for directory in (
             self.host / "stubs",
             self.host / "installed",
@@ -160,6 +172,7 @@ class Sandbox:
         }  # fmt: skip
         (self.host / "host.json").write_text(json.dumps(host, indent=1))
         (self.host / "calls.jsonl").touch()
+        (self.host / "meminfo").write_text(MEMINFO)
         (self.host / "loads.jsonl").touch()
 
     def _link_tools(self) -> None:
@@ -175,19 +188,17 @@ class Sandbox:
             if found is None:
                 raise RuntimeError(f"the boot sandbox needs {name} on this machine")
             (self.root / "sysbin" / name).symlink_to(found)
-        shim = self.root / "sysbin" / "python3"
-        if self.fetch_delays:
-            # Benchmark only: a fetch that succeeded takes as long as the measured transfer would.
-            lines = ["#!/bin/bash", f'{python} "$@"', "rc=$?"]
-            for source, seconds in sorted(self.fetch_delays.items()):
-                lines.append(
-                    f"if [[ $rc == 0 && $1 == */fetch.py && $2 == {source} ]]; then sleep {seconds}; fi"
-                )
-            lines.append("exit $rc")
-            shim.write_text("\n".join(lines) + "\n")
+        (self.root / "sysbin" / "python3").symlink_to(python)
+        # huggingface_hub's own CLI from the test venv: the tool the VM installs for the hub path.
+        hf = Path(sys.executable).parent / "hf"
+        shim = self.root / "sysbin" / "hf"
+        if self.fetch_delays.get("hf"):
+            # Benchmark only: a hub download that succeeded takes as long as the measured transfer.
+            seconds = self.fetch_delays["hf"]
+            shim.write_text(f'#!/bin/bash\n{hf} "$@"\nrc=$?\n((rc != 0)) || sleep {seconds}\nexit $rc\n')
             shim.chmod(0o755)
         else:
-            shim.symlink_to(python)
+            shim.symlink_to(hf)
 
     def host_state(self) -> dict[str, Any]:
         return json.loads((self.host / "host.json").read_text())
@@ -247,7 +258,15 @@ class Sandbox:
             "QWEN36_DPKG_DIR": str(self.disk / "var/lib/dpkg"),
             # The kernel's boot id changes on every boot (a new one per simulated power-on).
             "QWEN36_BOOT_ID": f"{number}-{uuid.uuid4()}",
+            "QWEN36_SANDBOX_PYTHON": sys.executable,
+            "QWEN36_MODEL_RAM_DIR": str(self.ram_dir),
+            "QWEN36_SANDBOX_RAM_DIR": str(self.ram_dir),
+            "QWEN36_MEMINFO": str(self.host / "meminfo"),
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "HF_HUB_DISABLE_UPDATE_CHECK": "1",
+            "HF_HOME": str(self.root / "home" / "hf"),
         }
+        env.update(self.extra_env)
         if kill_at_call:
             env["QWEN36_SANDBOX_KILL_AT"] = kill_at_call
         if self.llama_server is not None:
@@ -276,6 +295,7 @@ class Sandbox:
         env = self.env(number, kill_at_call)
         if self.boots:
             self._machine_event("_power_off", env)
+            self.wipe_tmpfs()
             time.sleep(reboot_delay_s)
         started = time.time()
         env["QWEN36_BOOT_EPOCH"] = str(int(started))
@@ -359,6 +379,14 @@ class Sandbox:
 
     def shutdown(self) -> None:
         self._machine_event("_power_off", self.env(0, None))
+        self.wipe_tmpfs()
+
+    def wipe_tmpfs(self) -> None:
+        """tmpfs does not survive a power-off."""
+        shutil.rmtree(self.ram_dir, ignore_errors=True)
+
+    def ram_files(self) -> list[Path]:
+        return sorted(self.ram_dir.iterdir()) if self.ram_dir.exists() else []
 
     # ---- what the tests read
 

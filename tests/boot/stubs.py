@@ -130,6 +130,24 @@ def nvidia_smi(argv: list[str]) -> int:
         gpu = host["gpu"]
         if not gpu["driver_loaded"]:
             return err(DRIVER_FAILED, 9)
+        if argv[:1] == ["-r"]:
+            # A GPU reset applies a pending ECC change without a reboot, where the host allows
+            # it and no process holds the GPU. https://docs.nvidia.com/deploy/nvidia-smi/index.html
+            if not gpu.get("reset_supported") or _gpu_holders(host):
+                return err(
+                    "Unable to reset GPU 00000000:00:03.0 because it's being used by some other process "
+                    "or it is not supported on this platform.",
+                    255,
+                )
+            # A refusal is immediate; a reset takes its time (tests/boot/durations.py).
+            time.sleep(delays().get("gpu_reset", 0))
+            gpu["ecc_current"] = gpu["ecc_pending"]
+            print("GPU 00000000:00:03.0 was successfully reset.\nAll done.")
+            return 0
+        if any(a.startswith("--query-compute-apps=") for a in argv):
+            for pid in _gpu_holders(host):
+                print(pid)
+            return 0
         if argv[:2] == ["-e", "0"]:
             if gpu["ecc_locked"]:
                 return err("Unable to set the ECC mode for GPU 00000000:00:03.0: Not Supported", 3)
@@ -150,6 +168,27 @@ def nvidia_smi(argv: list[str]) -> int:
     }
     print(", ".join(values[q] for q in query.split(",")))
     return 0
+
+
+def _gpu_holders(host: dict[str, Any]) -> list[int]:
+    """Running GPU containers, plus ``other_holders`` (another process on the GPU)."""
+    containers = host["docker"]["containers"].values()
+    running = [c["pid"] for c in containers if c.get("running") and c.get("gpus") and c.get("pid")]
+    return running + list(host["gpu"].get("other_holders", []))
+
+
+def mount(argv: list[str]) -> int:
+    """Only the boot script's tmpfs: recorded, so `mountpoint` answers until the next power-off."""
+    if argv[:2] != ["-t", "tmpfs"]:
+        return err(f"mount: the sandbox only mounts tmpfs, not {argv}", 32)
+    with state() as host:
+        host.setdefault("mounts", []).append(argv[-1])
+    return 0
+
+
+def mountpoint(argv: list[str]) -> int:
+    with state() as host:
+        return 0 if argv[-1] in host.get("mounts", []) else 32
 
 
 # --------------------------------------------------------------------------- packages and the kernel
@@ -262,6 +301,10 @@ def reboot(argv: list[str]) -> int:
 
 
 def gcloud(argv: list[str]) -> int:
+    if argv[:1] == ["storage"]:
+        # A small real implementation against the GCS emulator, with the venv's google-crc32c.
+        python = os.environ["QWEN36_SANDBOX_PYTHON"]
+        os.execv(python, [python, str(STUB_DIR / "gcloud_storage.py"), *argv[1:]])  # noqa: S606 (no shell)
     if argv[:4] != ["secrets", "versions", "access", "latest"]:
         return err(f"gcloud: unexpected arguments {argv}", 2)
     options = dict(a[2:].split("=", 1) for a in argv[4:] if a.startswith("--") and "=" in a)
@@ -541,6 +584,8 @@ def power_on() -> None:
     """What happens before GCE runs the startup script: pending ECC applies, dockerd restores containers."""
     with state() as host:
         host["powered"] = True
+        host["powered_at"] = time.time()
+        host["mounts"] = []  # tmpfs is gone with the power
         gpu = host["gpu"]
         # A "sticky" GPU accepts -e 0 and still comes back with ECC on (the case the script must not loop on).
         if not gpu.get("ecc_sticky"):
@@ -566,6 +611,8 @@ HANDLERS = {
     "nvidia-ctk": nvidia_ctk,
     "reboot": reboot,
     "gcloud": gcloud,
+    "mount": mount,
+    "mountpoint": mountpoint,
     "docker": docker,
 }
 

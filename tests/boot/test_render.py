@@ -1,8 +1,9 @@
-"""The rendered startup script: deterministic, shell-quoted, shellcheck clean, carrying the real
-fetch tool, the helpers shared with the bake script and the single source of server flags."""
+"""The rendered startup script: deterministic, shell-quoted, shellcheck clean, carrying the helpers
+shared with the bake script, the model path and the single source of server flags."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from infra import boot_script
-from infra.boot_script import BODY_PATH, FETCH_TOOL_PATH, LIB_PATH, MAX_SCRIPT_BYTES, render_boot_script
+from infra.boot_script import BODY_PATH, LIB_PATH, MAX_SCRIPT_BYTES, MODEL_SH_PATH, render_boot_script
 from infra.config import ConfigError, StackConfig, parse_config
 from infra.llama_cpp import server_image
 from infra.server_args import CONTAINER_API_KEY_FILE, container_model_path, server_args
@@ -31,8 +32,8 @@ def _render(cfg: StackConfig | None = None, **kwargs: str | None) -> str:
 
 
 def _config_block(script: str) -> str:
-    """The generated assignments: everything before the embedded fetch tool."""
-    return script[: script.index("qwen36_fetch_tool() {")]
+    """The generated assignments: everything before the pasted helpers."""
+    return script[: script.index(LIB_PATH.read_text())]
 
 
 def _bash_values(script: str, tmp_path: Path, expression: str) -> list[str]:
@@ -63,17 +64,17 @@ def test_same_config_renders_byte_identical_scripts() -> None:
     assert _render() != _render(StackConfig(ctx_size=32768))
 
 
-def test_script_is_shebang_config_fetch_tool_lib_and_verbatim_body(tmp_path: Path) -> None:
+def test_script_is_shebang_config_lib_model_path_and_verbatim_body() -> None:
     script = _render()
     assert script.startswith("#!/bin/bash\n")
-    assert script.endswith("\n" + LIB_PATH.read_text() + "\n" + BODY_PATH.read_text())
+    pasted = "\n".join(p.read_text() for p in (LIB_PATH, MODEL_SH_PATH, BODY_PATH))
+    assert script.endswith("\n" + pasted)
     assert len(script.encode()) < MAX_SCRIPT_BYTES
-    # The heredoc hands the fetch tool to disk byte for byte.
-    function = script[script.index("qwen36_fetch_tool() {") : script.index(LIB_PATH.read_text())]
-    out = subprocess.run(
-        ["bash", "-c", function + "\nqwen36_fetch_tool"], capture_output=True, check=True, timeout=30
-    ).stdout
-    assert out == FETCH_TOOL_PATH.read_bytes()
+    # Before lib.sh: assignments, and the VM agents as quoted heredocs; no other program.
+    config = script.split(LIB_PATH.read_text())[0]
+    outside_agents = re.sub(r"^\w+\(\) \{\n  cat <<'(\w+)'\n.*?^\1\n\}\n", "", config, flags=re.S | re.M)
+    assert "qwen36_idle_watch_tool() {" in config
+    assert "python3" not in outside_agents, "no embedded program in the config block"
 
 
 @pytest.mark.parametrize("api_key_secret", ["qwen36-api-key", None])
@@ -111,11 +112,6 @@ def test_config_rejects_an_alias_that_needs_quoting(alias: str) -> None:
         parse_config({"qwen36-mtp-l4:alias": alias})
 
 
-def test_fetch_tool_containing_the_heredoc_end_is_refused() -> None:
-    with pytest.raises(boot_script.BootScriptError, match="heredoc"):
-        boot_script._fetch_tool_function(f"print(1)\n{boot_script.HEREDOC_END}\nprint(2)\n")
-
-
 def test_driver_branch_comes_from_the_image_family() -> None:
     assert boot_script.driver_branch("common-cu129-ubuntu-2204-nvidia-580") == "580"
     assert boot_script.driver_branch("qwen36-mtp-l4-tooling") == ""
@@ -131,7 +127,7 @@ def test_rendered_script_is_shellcheck_clean(tmp_path: Path, api_key_secret: str
     assert result.returncode == 0, result.stdout
 
 
-@pytest.mark.parametrize("path", [BODY_PATH, LIB_PATH], ids=["boot.sh", "lib.sh"])
+@pytest.mark.parametrize("path", [BODY_PATH, LIB_PATH, MODEL_SH_PATH], ids=["boot.sh", "lib.sh", "model.sh"])
 def test_boot_body_and_shared_lib_are_shellcheck_clean(path: Path) -> None:
     result = _shellcheck(path)
     assert result.returncode == 0, result.stdout

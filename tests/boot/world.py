@@ -1,20 +1,21 @@
 """The pieces every boot-sandbox run shares, for the tests and bench/boot_bench.py alike: the names
 the rendered script is given, the model file, and staging it in the GCS emulator the way the stage
-command does (the fetch tool's own upload, with sha256 and size metadata)."""
+command leaves it (the object with sha256 and size as custom metadata)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import subprocess
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from infra.boot_script import FETCH_TOOL_PATH
 from infra.config import StackConfig
-from tests.boot.sandbox import Sandbox, base_python
+from tests.boot import gcs_rest
+from tests.boot.sandbox import Sandbox
 
 PROJECT_ID = "sandbox-project"
 SECRET = "qwen36-api-key"
@@ -22,7 +23,6 @@ API_KEY = "sk-sandbox-" + "7f3e9a" * 6
 MODEL_REPO = "unsloth/Qwen3.6-35B-A3B-MTP-GGUF"
 MODEL_FILE = "Qwen3.6-35B-A3B-UD-Q4_K_XL.gguf"
 MODEL_BYTES = 3 * 1024 * 1024 + 17
-UPLOAD_TIMEOUT_S = 60
 
 # make_sandbox(cached=..., cfg=..., api_key=..., served=..., **Sandbox fields) -> Sandbox
 SandboxFactory = Callable[..., Sandbox]
@@ -36,18 +36,28 @@ class Model:
         self.size = len(self.data)
 
 
-def stage(gcs_endpoint: str, bucket: str, name: str, src: Path, sha256: str) -> None:
-    """Put the model in the cache bucket the way staging does: the fetch tool's own upload."""
-    env = {"STORAGE_EMULATOR_HOST": gcs_endpoint, "PATH": "/usr/bin:/bin"}
+def stage(
+    gcs_endpoint: str,
+    bucket: str,
+    name: str,
+    src: Path,
+    sha256: str,
+    *,
+    metadata: dict[str, str] | None = None,
+) -> None:
+    """Put the model in the cache bucket as staging leaves it (``metadata`` replaces sha256/size)."""
     create_bucket(gcs_endpoint, bucket)
-    subprocess.run(
-        [base_python(), str(FETCH_TOOL_PATH), "upload", "--bucket", bucket, "--object", name,
-         "--src", str(src), "--sha256", sha256],
-        env=env, check=True, timeout=UPLOAD_TIMEOUT_S, capture_output=True,
-    )  # fmt: skip
+    data = src.read_bytes()
+    meta = {"sha256": sha256, "size": str(len(data))} if metadata is None else metadata
+    gcs_rest.upload(gcs_endpoint, bucket, name, data, meta)
 
 
 def create_bucket(gcs_endpoint: str, bucket: str) -> None:
+    with contextlib.suppress(urllib.error.HTTPError):  # 409: it exists
+        _create_bucket(gcs_endpoint, bucket)
+
+
+def _create_bucket(gcs_endpoint: str, bucket: str) -> None:
     request = urllib.request.Request(
         f"{gcs_endpoint}/storage/v1/b?project={PROJECT_ID}",
         data=json.dumps({"name": bucket}).encode(),

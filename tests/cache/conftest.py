@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import socket
-import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -28,7 +25,6 @@ from tests.cache.hf_server import HfServer
 from tests.cache.proxy import CountingProxy
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-FETCH_PY = REPO_ROOT / "qwen36" / "fetch.py"
 MIB = 1024 * 1024
 # The issue asks for staging a 100-200 MB file; the other tests use a small one to stay fast.
 BIG_FILE_BYTES = 128 * MIB
@@ -133,8 +129,11 @@ def proxy(emulator: Emulator, monkeypatch: pytest.MonkeyPatch) -> Iterator[Count
 
 @pytest.fixture
 def hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[HfServer]:
-    with HfServer() as server:
+    # The CDN on another host name, as on the real hub (huggingface_hub reads the metadata off the
+    # redirect to it).
+    with HfServer(cdn_host="localhost") as server:
         monkeypatch.setenv("HF_ENDPOINT", server.base_url)
+        monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
         monkeypatch.delenv("HF_TOKEN", raising=False)
         yield server
 
@@ -198,25 +197,3 @@ def forbidding_gcs(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     yield url
     server.shutdown()
     server.server_close()
-
-
-def run_fetch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """qwen36/fetch.py as the boot script runs it: a separate python process, stdlib only."""
-    return subprocess.run(
-        [sys.executable, str(FETCH_PY), *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=SUBPROCESS_TIMEOUT_S,
-        check=False,
-    )
-
-
-def start_fetch(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(FETCH_PY), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ),
-    )

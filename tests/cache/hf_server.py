@@ -290,8 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--file", action="append", default=[], help="REPO:FILENAME:PATH[:REVISION]")
+    parser.add_argument("--cdn-host", default="", help="serve the CDN under this host name (e.g. localhost)")
     args = parser.parse_args(argv)
-    with HfServer(args.host, args.port) as hub:
+    with HfServer(args.host, args.port, cdn_host=args.cdn_host) as hub:
         for spec in args.file:
             repo, filename, path, *rest = spec.split(":")
             hub.add_file(repo, filename, Path(path), revision=rest[0] if rest else "main")

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from qwen36 import fetch
 from qwen36.cache_probe import COLD_START_GCS, COLD_START_HF, probe_model_cache
-from tests.cache.conftest import Blob, Gcs, run_fetch
+from tests.cache.conftest import Blob, Gcs
 
 OBJECT = "models/unsloth/Qwen3.6-35B-A3B-MTP-GGUF/Qwen3.6-35B-A3B-UD-Q4_K_XL.gguf"
 
@@ -52,19 +51,20 @@ def test_object_for_another_sha256_means_huggingface(
     assert f"has sha256 {small_file.sha256}, the stack expects {other_small_file.sha256}" in probe.reason
 
 
-def test_object_without_sha256_metadata_means_huggingface(gcs: Gcs, small_file: Blob) -> None:
+def test_object_without_sha256_metadata_means_gcs_checked_against_the_hub(gcs: Gcs, small_file: Blob) -> None:
+    """The VM serves it and ties it to the hub's LFS sha256 (tests/boot/test_boot_model_path.py)."""
     gcs.put(OBJECT, small_file, {})
 
     probe = probe_model_cache(gcs.bucket.name, OBJECT, "")
 
-    assert probe.path == "huggingface"
-    assert "no sha256 metadata" in probe.reason
+    assert probe.path == "gcs"
+    assert "no sha256 metadata" in probe.reason and "hub's LFS sha256" in probe.reason
 
 
 def test_truncated_object_means_huggingface_and_the_vm_agrees(
     gcs: Gcs, small_file: Blob, tmp_path: Path
 ) -> None:
-    """The probe promises the GCS path only where fetch.py on the VM would accept the object."""
+    """The VM refuses the same object before any download (tests/boot/test_boot_model_path.py)."""
     half = tmp_path / "half.gguf"
     half.write_bytes(small_file.path.read_bytes()[: small_file.size // 2])
     gcs.put(
@@ -77,11 +77,9 @@ def test_truncated_object_means_huggingface_and_the_vm_agrees(
     )
 
     probe = probe_model_cache(gcs.bucket.name, OBJECT, "")
-    vm = run_fetch("gcs", "--bucket", gcs.bucket.name, "--object", OBJECT, "--dest", str(tmp_path / "m"))
 
     assert probe.path == "huggingface"
     assert "truncated" in probe.reason
-    assert vm.returncode == fetch.EXIT_VERIFY
 
 
 def test_no_credentials_means_unknown_not_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

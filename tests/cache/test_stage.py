@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from qwen36 import fetch
 from qwen36.__main__ import main
+from qwen36.stage_common import EXIT_ERROR, EXIT_VERIFY
 from tests.cache.conftest import REPO_ROOT, SUBPROCESS_TIMEOUT_S, Blob, Gcs
 from tests.cache.hf_server import HfServer
 from tests.cache.proxy import CountingProxy
@@ -57,7 +57,7 @@ def _sha256_of(blob_bytes: bytes) -> str:
     return hashlib.sha256(blob_bytes).hexdigest()
 
 
-def test_stage_a_128_mb_file_then_fetch_it_back_sliced(
+def test_stage_a_128_mb_file_then_read_it_back_sliced(
     gcs: Gcs, big_file: Blob, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     project = _project(tmp_path, modelSha256=big_file.sha256, modelSizeBytes=big_file.size)
@@ -72,9 +72,14 @@ def test_stage_a_128_mb_file_then_fetch_it_back_sliced(
     assert blob.size == big_file.size
     generation = blob.generation
 
-    # The VM's step: sliced ranges reassemble the exact bytes.
+    # Sliced ranged reads (what `gcloud storage cp` does on the VM) reassemble the exact bytes.
+    from google.cloud.storage import transfer_manager
+
     dest = tmp_path / "vm" / "model.gguf"
-    fetch.fetch_gcs(gcs.bucket.name, OBJECT, str(dest), slices=8)
+    dest.parent.mkdir()
+    transfer_manager.download_chunks_concurrently(
+        blob, str(dest), chunk_size=16 * 1024 * 1024, max_workers=8, worker_type=transfer_manager.THREAD
+    )
     digest = hashlib.sha256()
     with dest.open("rb") as handle:
         while block := handle.read(8 << 20):
@@ -145,7 +150,7 @@ def test_wrong_sha256_in_config_is_refused_before_upload(
 
     code, out = _stage(capsys, project, "--from-file", str(small_file.path), "--bucket", gcs.bucket.name)
 
-    assert code == fetch.EXIT_VERIFY
+    assert code == EXIT_VERIFY
     assert f"expected sha256 {wrong} (modelSha256), the file has {small_file.sha256}; not uploading it" in out
     assert gcs.bucket.get_blob(OBJECT) is None
 
@@ -157,7 +162,7 @@ def test_wrong_size_in_config_is_refused(
 
     code, out = _stage(capsys, project, "--from-file", str(small_file.path), "--bucket", gcs.bucket.name)
 
-    assert code == fetch.EXIT_VERIFY
+    assert code == EXIT_VERIFY
     assert f"expected {small_file.size + 1} bytes (modelSizeBytes), the file has {small_file.size}" in out
 
 
@@ -200,7 +205,7 @@ def test_missing_bucket_is_named(
         capsys, _project(tmp_path), "--from-file", str(small_file.path), "--bucket", "nope-bucket"
     )
 
-    assert code == fetch.EXIT_ERROR
+    assert code == EXIT_ERROR
     assert (
         "bucket gs://nope-bucket does not exist; deploy the stack first (`pulumi up`) or pass --bucket" in out
     )
@@ -211,7 +216,7 @@ def test_unreadable_bucket_is_named(
 ) -> None:
     code, out = _stage(capsys, _project(tmp_path), "--from-file", str(small_file.path), "--bucket", "locked")
 
-    assert code == fetch.EXIT_ERROR
+    assert code == EXIT_ERROR
     assert "the credentials in use cannot read bucket gs://locked" in out
 
 
@@ -222,7 +227,7 @@ def test_bucket_from_stack_output_needs_the_pulumi_cli(
 
     code, out = _stage(capsys, _project(tmp_path), "--from-file", str(small_file.path))
 
-    assert code == fetch.EXIT_ERROR
+    assert code == EXIT_ERROR
     assert "the Pulumi CLI is not installed, so the bucket (--bucket NAME) is unknown" in out
 
 
@@ -256,9 +261,9 @@ def test_unknown_stack_and_bad_config_are_named(tmp_path: Path, capsys: pytest.C
     missing = main(["stage", "--stack", "other", "--project-dir", str(project), "--bucket", "b"])
     missing_out = capsys.readouterr().err
 
-    assert code == fetch.EXIT_ERROR
+    assert code == EXIT_ERROR
     assert "Pulumi.test.yaml: qwen36-mtp-l4:modelSha256" in out
-    assert missing == fetch.EXIT_ERROR
+    assert missing == EXIT_ERROR
     assert "no Pulumi.other.yaml" in missing_out
 
 
@@ -294,7 +299,7 @@ def test_stage_from_the_hub_refuses_a_config_sha256_the_hub_contradicts(
 
     code, out = _stage(capsys, _project(tmp_path, modelSha256=wrong), "--bucket", gcs.bucket.name)
 
-    assert code == fetch.EXIT_VERIFY
+    assert code == EXIT_VERIFY
     assert f"expected sha256 {wrong}, the hub says {small_file.sha256}" in out
     assert "modelSha256" in out
     assert hub.cdn_requests() == []
@@ -349,7 +354,7 @@ def test_an_upload_that_does_not_match_the_local_file_is_deleted(gcs: Gcs, small
     with pytest.raises(StageError) as raised:
         check_uploaded(gcs.bucket, target, small_file.sha256, small_file.size, crc32c="AAAAAA==")
 
-    assert raised.value.exit_code == fetch.EXIT_VERIFY
+    assert raised.value.exit_code == EXIT_VERIFY
     assert f"{target.uri} was deleted" in str(raised.value)
     assert "the local file has AAAAAA==" in str(raised.value)
     assert gcs.bucket.get_blob(OBJECT) is None

@@ -207,8 +207,16 @@ def test_identity_is_dedicated_and_least_privilege(deployed: Deployment) -> None
     }
     assert bucket_grants == {
         (bucket_name, "roles/storage.objectViewer", member),
-        (bucket_name, "roles/storage.objectCreator", member),
+        (bucket_name, "roles/storage.objectUser", member),
     }
+    # Writing is held to the one model object (replace a bad copy, complete its metadata).
+    (writer,) = [b for b in deployed.of_type(BUCKET_IAM) if b.inputs["role"] == "roles/storage.objectUser"]
+    assert writer.inputs["condition"]["expression"] == (
+        f'resource.name == "projects/_/buckets/{bucket_name}/objects/'
+        'models/unsloth/Qwen3.6-35B-A3B-MTP-GGUF/Qwen3.6-35B-A3B-UD-Q4_K_XL.gguf"'
+    )
+    (reader,) = [b for b in deployed.of_type(BUCKET_IAM) if b.inputs["role"] == "roles/storage.objectViewer"]
+    assert "condition" not in reader.inputs
     project_grants = {
         (p.inputs["project"], p.inputs["role"], p.inputs["member"]) for p in deployed.of_type(PROJECT_IAM)
     }
