@@ -3,8 +3,8 @@
 The script is ``#!/bin/bash``, a block of shell assignments generated here (every value through
 ``shlex.quote``), the VM agents it starts (``startup/idle_watch.py``; ``startup/metrics_publisher.py``
 for an autoscaled fleet) as quoted heredocs, then ``startup/lib.sh`` (the helpers it shares with
-the bake script), ``startup/model.sh`` (the model path: tmpfs, ``gcloud storage cp``, ``hf download``, the post-serve
-hash) and ``startup/boot.sh`` verbatim.
+the bake script), ``startup/model.sh`` (the model path: tmpfs, ``gcloud storage cp``,
+``hf download``, the post-serve hash) and ``startup/boot.sh`` verbatim.
 A changed startup script replaces the VM, so the output depends on the config alone: no clock,
 no randomness, no ordering that could vary.
 """
