@@ -77,7 +77,7 @@ def probe_model_cache(
 
 
 def _judge(uri: str, size: int | None, metadata: dict[str, str], expected: str) -> CacheProbe:
-    """The same checks fetch.py makes on the VM, so the preview does not promise a path it won't take."""
+    """The checks startup/model.sh makes on the VM (gcs_judge): the preview promises no path it won't take."""
     found_sha = metadata.get("sha256", "")
     found_size = metadata.get("size", "")
     if found_size and found_size != str(size):
