@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from qwen36.group import ComputeApiReader, GroupTarget, Member
+
 API_KEY_ENV = "QWEN36_API_KEY"
 # The stack output the program exports for these commands (infra/autostop.py: autostop_outputs).
 STACK_OUTPUT = "autostop"
@@ -28,9 +30,6 @@ COMPUTE_TIMEOUT_S = 15.0
 # regionOperations.wait itself answers within about 2 minutes; the HTTP call may take that long.
 OPERATION_WAIT_S = 150.0
 IDLE_KEY = "idle"
-NAMESPACE = "qwen36"
-# GCE's stockout errors: https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability
-STOCKOUT_CODES = frozenset({"ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"})
 # A member that is not there to serve: preempted (a spot VM is TERMINATED or STOPPED), or being rebuilt.
 DOWN_STATUSES = frozenset({"TERMINATED", "STOPPED", "STOPPING", "SUSPENDED", "SUSPENDING"})
 
@@ -57,15 +56,6 @@ class Where:
     timeout_minutes: float = 20
     urls: dict[str, str] = field(default_factory=dict)
     api_key: str | None = None
-
-
-@dataclass(frozen=True)
-class Member:
-    name: str
-    zone: str
-    status: str
-    action: str
-    errors: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,29 +114,33 @@ def where_from(args: argparse.Namespace) -> Where:
 
 
 class GroupApi:
-    """The group's calls through google-cloud-compute (REST); ``endpoint`` points at a stand-in in tests."""
+    """The group through the gate's reader (qwen36/group.py), plus the one write: the resize.
+
+    ``endpoint`` points both at a stand-in in tests.
+    """
 
     def __init__(self, where: Where, endpoint: str | None = None, anonymous: bool = False) -> None:
         from google.api_core.client_options import ClientOptions
         from google.cloud import compute_v1
 
-        options = ClientOptions(api_endpoint=endpoint) if endpoint else None
         credentials = None
         if anonymous:
             from google.auth.credentials import AnonymousCredentials
 
             credentials = AnonymousCredentials()
+        self.reader = ComputeApiReader(api_endpoint=endpoint, credentials=credentials)
+        self.target = GroupTarget(project=where.project, region=where.region, group=where.group)
+        options = ClientOptions(api_endpoint=endpoint) if endpoint else None
         kw: dict[str, Any] = {"transport": "rest", "client_options": options, "credentials": credentials}
         self.groups = compute_v1.RegionInstanceGroupManagersClient(**kw)
         # Its own client: the one ExtendedOperation polls with ignores client_options (it always
         # calls compute.googleapis.com), so it would escape a stand-in endpoint.
         self.operations = compute_v1.RegionOperationsClient(**kw)
-        self.instances = compute_v1.InstancesClient(**kw)
         self.where = where
         self._ids = {"project": where.project, "region": where.region, "instance_group_manager": where.group}
 
     def target_size(self) -> int:
-        return int(self.groups.get(**self._ids, timeout=COMPUTE_TIMEOUT_S).target_size)
+        return self.reader.target_size(self.target)
 
     def resize(self, size: int, timeout_s: float) -> str:
         """Resizes and waits for GCE to accept it (the operation DONE); returns the operation's name.
@@ -170,30 +164,10 @@ class GroupApi:
                 raise StatusError(f"resize operation {name} not done before the timeout")
 
     def members(self) -> list[Member]:
-        found = []
-        for item in self.groups.list_managed_instances(**self._ids, timeout=COMPUTE_TIMEOUT_S):
-            parts = str(item.instance).split("/")
-            errors = tuple((e.code, e.message) for e in item.last_attempt.errors.errors)
-            found.append(
-                Member(parts[-1], parts[-3], str(item.instance_status), str(item.current_action), errors)
-            )
-        return found
+        return self.reader.members(self.target)
 
     def idle_report(self, member: Member) -> str | None:
-        from google.api_core import exceptions
-        from google.cloud import compute_v1
-
-        request = compute_v1.GetGuestAttributesInstanceRequest(
-            project=self.where.project, zone=member.zone, instance=member.name, query_path=f"{NAMESPACE}/"
-        )
-        try:
-            result = self.instances.get_guest_attributes(request=request, timeout=COMPUTE_TIMEOUT_S)
-        except exceptions.NotFound:
-            return None
-        for item in result.query_value.items:
-            if item.key == IDLE_KEY:
-                return str(item.value)
-        return None
+        return self.reader.guest_attributes(member.target(self.where.project)).get(IDLE_KEY)
 
 
 def classify(target_size: int, members: list[Member]) -> Status:
@@ -201,7 +175,7 @@ def classify(target_size: int, members: list[Member]) -> Status:
     if target_size == 0:
         return Status(IDLE_STOPPED, "the group is at size 0 (idle autostop or a manual stop)")
     for m in members:
-        stockouts = [msg for code, msg in m.errors if code in STOCKOUT_CODES]
+        stockouts = [e.message for e in m.errors if e.stockout]
         if stockouts:
             return Status(STOCKED_OUT, f"{m.name}: {stockouts[0]} (the group keeps retrying)", m)
     if not members:
@@ -210,7 +184,7 @@ def classify(target_size: int, members: list[Member]) -> Status:
     if member.status == "RUNNING" and member.action == "NONE":
         return Status(RUNNING, f"{member.name} in {member.zone}", member)
     if member.action == "RECREATING" or member.status in DOWN_STATUSES:
-        errors = "; ".join(f"{code}: {msg}" for code, msg in member.errors)
+        errors = "; ".join(f"{e.code}: {e.message}" for e in member.errors)
         suffix = f"; last error {errors}" if errors else ""
         return Status(REPAIRING, f"{member.name} is {member.status}, action {member.action}{suffix}", member)
     return Status(STARTING, f"{member.name} is {member.status}, action {member.action}", member)

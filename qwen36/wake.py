@@ -13,7 +13,8 @@ import argparse
 import sys
 import time
 
-from qwen36.status import GroupApi, Member, StatusError, Where, add_group_arguments, where_from
+from qwen36.group import Member
+from qwen36.status import GroupApi, StatusError, Where, add_group_arguments, where_from
 
 DEFAULT_TIMEOUT_MINUTES = 20.0
 MEMBER_POLL_S = 5.0
@@ -45,21 +46,15 @@ def wait_for_member(api: GroupApi, deadline: float, poll_s: float) -> Member:
         time.sleep(poll_s)
 
 
-def wait_until_ready(where: Where, timeout_s: float, args: argparse.Namespace) -> None:
+def wait_until_ready(api: GroupApi, where: Where, timeout_s: float, poll_s: float) -> None:
     """The deploy gate's own wait on the group (kept to this one call site: qwen36.health owns it)."""
-    from qwen36.group import ComputeApiReader, GroupTarget
     from qwen36.health import WaitSettings, wait_ready
 
-    credentials = None
-    if args.anonymous:
-        from google.auth.credentials import AnonymousCredentials
-
-        credentials = AnonymousCredentials()
     wait_ready(
-        settings=WaitSettings(timeout_s=timeout_s, poll_s=args.poll_seconds),
-        group=GroupTarget(project=where.project, region=where.region, group=where.group),
+        settings=WaitSettings(timeout_s=timeout_s, poll_s=poll_s),
+        group=api.target,
         # The group's members and, without an HTTP path from here, the member's own boot report.
-        reader=ComputeApiReader(api_endpoint=args.compute_endpoint, credentials=credentials),
+        reader=api.reader,
         url=where.url,
         api_key=where.api_key,
         emit=lambda line: print(line, flush=True),
@@ -92,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
             )
         member = wait_for_member(api, deadline, args.poll_seconds)
         print(f"wake: member {member.name} in {member.zone}", flush=True)
-        wait_until_ready(where, max(1.0, deadline - time.monotonic()), args)
+        wait_until_ready(api, where, max(1.0, deadline - time.monotonic()), args.poll_seconds)
     except (StatusError, WaitFailed) as exc:
         print(f"wake: {exc}", file=sys.stderr, flush=True)
         return EXIT_NOT_READY

@@ -11,6 +11,7 @@ import pytest
 
 from infra.autostop import autostop_output, status_command, wake_command
 from qwen36.__main__ import main
+from qwen36.group import GroupError, Member
 from qwen36.status import (
     IDLE_STOPPED,
     REPAIRING,
@@ -18,7 +19,6 @@ from qwen36.status import (
     STARTING,
     STOCKED_OUT,
     GroupApi,
-    Member,
     Where,
     classify,
     describe,
@@ -192,10 +192,18 @@ def test_status_without_a_group_names_what_is_missing(capsys: pytest.CaptureFixt
         ([Member("m", "z", "STOPPED", "NONE")], REPAIRING),
         ([Member("m", "z", "RUNNING", "VERIFYING")], STARTING),
         (
-            [Member("m", "z", "", "CREATING", (("ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "no L4"),))],
+            [
+                Member(
+                    "m",
+                    "z",
+                    "",
+                    "CREATING",
+                    (GroupError("ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", "no L4"),),
+                )
+            ],
             STOCKED_OUT,
         ),
-        ([Member("m", "z", "", "CREATING", (("QUOTA_EXCEEDED", "GPUS_ALL_REGIONS"),))], STARTING),
+        ([Member("m", "z", "", "CREATING", (GroupError("QUOTA_EXCEEDED", "GPUS_ALL_REGIONS"),))], STARTING),
     ],
 )
 def test_classify(members: list[Member], state: str) -> None:
