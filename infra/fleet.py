@@ -41,7 +41,7 @@ from infra.fleet_bounds import (
     draining_s,
     generation_bound_s,
 )
-from infra.outputs import LOCAL_TUNNEL_HOST
+from infra.outputs import LOCAL_TUNNEL_HOST, members_command
 from infra.pricing import estimate_fleet_cost
 from infra.server_args import PORT
 
@@ -317,10 +317,7 @@ def fleet_outputs(cfg: StackConfig, place: FleetPlace) -> dict[str, object]:
     """Every fleet output that is a function of the config and the resolved place (no secrets)."""
     where = f"--project={shlex.quote(place.project)}"
     origin = f"https://{cfg.domain}" if cfg.domain else f"http://{place.ip_address}"
-    members = (
-        f"gcloud compute instance-groups managed list-instances {shlex.quote(place.group_name)} "
-        f"--region={shlex.quote(place.region)} {where}"
-    )
+    members = members_command(place.project, place.region, place.group_name)
     metrics = (
         f"for each member listed by `{members}`: gcloud compute start-iap-tunnel <member> {PORT} "
         f"--local-host-port={LOCAL_TUNNEL_HOST}:{PORT} --zone=<its zone> {where}, then "

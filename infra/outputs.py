@@ -48,11 +48,13 @@ def _group_args(place: Place) -> str:
     )
 
 
-def _gcloud_group(place: Place) -> str:
-    return (
-        f"{shlex.quote(place.group)} --region={shlex.quote(place.region)} "
-        f"--project={shlex.quote(place.project)}"
-    )
+def gcloud_group(project: str, region: str, group: str) -> str:
+    """The group as gcloud's ``instance-groups managed`` commands name it."""
+    return f"{shlex.quote(group)} --region={shlex.quote(region)} --project={shlex.quote(project)}"
+
+
+def members_command(project: str, region: str, group: str) -> str:
+    return f"gcloud compute instance-groups managed list-instances {gcloud_group(project, region, group)}"
 
 
 def commands(place: Place) -> dict[str, str]:
@@ -60,14 +62,14 @@ def commands(place: Place) -> dict[str, str]:
     find the group's current member first (``python -m qwen36 tunnel|ssh|logs``, run from the
     repo); stopping and starting go through the group, which would otherwise repair a stopped VM."""
     where = _group_args(place)
-    group = _gcloud_group(place)
+    group = gcloud_group(place.project, place.region, place.group)
     return {
         # The boot script's output reaches serial port 1 with a startup-script prefix, even before SSH works.
         "logsSerial": f"python -m qwen36 logs --serial {where}",
         "logsContainer": f"python -m qwen36 logs {where}",
         "sshIap": f"python -m qwen36 ssh {where}",
         "iapTunnel": f"python -m qwen36 tunnel {where}",
-        "members": f"gcloud compute instance-groups managed list-instances {group}",
+        "members": members_command(place.project, place.region, place.group),
         "stop": f"gcloud compute instance-groups managed resize {group} --size=0",
         "start": f"gcloud compute instance-groups managed resize {group} --size={place.replicas}",
     }
