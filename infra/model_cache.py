@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_gcp as gcp
 
+from infra.cache_probe import CacheProbe, probe_model_cache
 from infra.config import StackConfig
-from qwen36.cache_probe import CacheProbe, probe_model_cache
 
 MODELS_PREFIX = "models"
 # Bucket names: 3-63 characters of [a-z0-9._-], starting and ending with a letter or digit, not

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from qwen36.cache_probe import COLD_START_GCS, COLD_START_HF, probe_model_cache
+from infra.cache_probe import COLD_START_GCS, COLD_START_HF, probe_model_cache
 from tests.cache.conftest import Blob, Gcs
 
 OBJECT = "models/unsloth/Qwen3.6-35B-A3B-MTP-GGUF/Qwen3.6-35B-A3B-UD-Q4_K_XL.gguf"
