@@ -11,12 +11,13 @@ from infra.config import deployment_name, load_config, load_gcp_project
 from infra.fleet import Fleet, FleetArgs, export_fleet
 from infra.health_gate import HealthGate, HealthGateArgs
 from infra.identity import Identity, IdentityArgs
+from infra.image_switch import ImageSwitch, ImageSwitchArgs
 from infra.model_cache import ModelCache, ModelCacheArgs, model_object_name
 from infra.network import NetworkAccess, NetworkAccessArgs
 from infra.outputs import export_all
 from infra.server_args import PORT
 from infra.server_group import ServerGroup, ServerGroupArgs
-from infra.tooling_image import ToolingImage, ToolingImageArgs, choose_server_image
+from infra.tooling_image import ToolingImage, ToolingImageArgs, choose_server_image, find_tooling_image
 
 # Both read and validated before any resource is declared: a bad value stops here.
 cfg = load_config()
@@ -68,7 +69,9 @@ api_key = (
     else None
 )
 
-# The tooling image has docker and the server image baked in; without one the stock image is used.
+# The tooling image has docker and the server image baked in. Where the build's family holds none yet,
+# it is baked beside the first server, which starts on the stock image and moves over afterwards.
+found_image = find_tooling_image(cfg, project)
 tooling = (
     ToolingImage(
         "tooling",
@@ -81,10 +84,10 @@ tooling = (
             depends_on=[apis, network],
         ),
     )
-    if cfg.build_tooling_image
+    if cfg.build_tooling_image and found_image is None
     else None
 )
-boot_image = choose_server_image(cfg, project, tooling)
+boot_image = choose_server_image(cfg, found_image, tooling)
 
 server = ServerGroup(
     "server",
@@ -93,6 +96,7 @@ server = ServerGroup(
         project=project,
         group_name=name,
         image=boot_image.image,
+        bootstrap_image=boot_image.bootstrap,
         service_account_email=identity.email,
         bucket=cache.bucket_name,
         api_key_secret=api_key.secret_id if api_key else None,
@@ -167,12 +171,32 @@ gate = HealthGate(
         depends_on=[server.group],
     ),
 )
+# The first deployment of a build: once the server serves and the bake is done, onto the baked image.
+switch = (
+    ImageSwitch(
+        "image-switch",
+        ImageSwitchArgs(
+            project=project,
+            region=server.region,
+            group_name=server.group_name,
+            template=server.pending_template.self_link,
+            startup_script_sha256=server.startup_script_sha256,
+            url=gate_url,
+            api_key=api_key.api_key if api_key else None,
+            timeout_minutes=cfg.health_timeout_minutes,
+            after=[gate.command],
+        ),
+    )
+    if server.pending_template is not None
+    else None
+)
+last_gate = switch.gate if switch is not None else gate
 
 export_all(
     cfg,
     project=project,
     group_name=server.group_name,
-    static_ip=gate.after(server.static_ip),
+    static_ip=last_gate.after(server.static_ip),
     bucket=cache.bucket_name,
     model_uri=cache.model_uri,
     api_key=api_key.api_key if api_key else None,

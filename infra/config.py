@@ -91,7 +91,7 @@ class StackConfig(BaseModel):
     image_project: str = "deeplearning-platform-release"
     image_family: str = "common-cu129-ubuntu-2204-nvidia-580"
     use_tooling_image: bool = True
-    build_tooling_image: bool = False
+    build_tooling_image: bool = True
 
     # The model and its cache.
     model_repo: str = "unsloth/Qwen3.6-35B-A3B-MTP-GGUF"

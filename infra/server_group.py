@@ -116,6 +116,7 @@ class ServerGroupArgs:
     group_name: str
     """The GCE name of the group and the prefix of its members' names (the deployment name)."""
     image: pulumi.Input[str]
+    """The boot image the group settles on (a family reference: GCE resolves it at each VM's creation)."""
     service_account_email: pulumi.Input[str]
     bucket: pulumi.Input[str]
     api_key_secret: pulumi.Input[str] | None
@@ -130,6 +131,9 @@ class ServerGroupArgs:
     """Group fields another actor changes (e.g. ``targetSize`` for an autoscaler or an idle stop)."""
     labels: Mapping[str, str] = field(default_factory=dict)
     depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
+    bootstrap_image: str | None = None
+    """An image to start on while ``image`` does not exist yet (the stock image during the first
+    bake): the group starts on a template with it, and ``pending_template`` is the one to move to."""
 
 
 class ServerGroup(pulumi.ComponentResource):
@@ -138,6 +142,10 @@ class ServerGroup(pulumi.ComponentResource):
     address: gcp.compute.Address | None
     health_check: gcp.compute.HealthCheck
     template: gcp.compute.RegionInstanceTemplate
+    """The template on ``args.image``: the group's own, or the one it moves to (``pending_template``)."""
+    bootstrap_template: gcp.compute.RegionInstanceTemplate | None
+    pending_template: gcp.compute.RegionInstanceTemplate | None
+    """Set while the group runs the bootstrap template: the template infra/image_switch.py moves it to."""
     group: gcp.compute.RegionInstanceGroupManager
     group_name: pulumi.Output[str]
     instance_group: pulumi.Output[str]
@@ -181,13 +189,21 @@ class ServerGroup(pulumi.ComponentResource):
         )
         self.startup_script = self._render_script(cfg, args)
         self.startup_script_sha256 = self.startup_script.apply(sha256_hex)
-        self.template = self._template(name, args, child)
-        self.group = self._group(name, args)
+        self.template = self._template(f"{name}-template", args.image, args, child)
+        # Where the settled image is still being baked, the group must not wait for it: it starts on
+        # a twin template with the bootstrap image and is moved over once the bake is done.
+        self.bootstrap_template = (
+            self._template(f"{name}-bootstrap-template", args.bootstrap_image, args, child)
+            if args.bootstrap_image is not None
+            else None
+        )
+        self.pending_template = self.template if self.bootstrap_template is not None else None
+        self.group = self._group(name, args, self.bootstrap_template or self.template)
         self.group_name = self.group.name
         self.instance_group = self.group.instance_group
         self.region = pulumi.Output.from_input(cfg.region)
         self.static_ip = self.address.address if self.address is not None else pulumi.Output.from_input(None)
-        self.template_id = self.template.self_link
+        self.template_id = (self.bootstrap_template or self.template).self_link
         self.register_outputs(
             {
                 "group_name": self.group_name,
@@ -200,14 +216,18 @@ class ServerGroup(pulumi.ComponentResource):
         )
 
     def _template(
-        self, name: str, args: ServerGroupArgs, child: pulumi.ResourceOptions
+        self,
+        resource_name: str,
+        image: pulumi.Input[str],
+        args: ServerGroupArgs,
+        child: pulumi.ResourceOptions,
     ) -> gcp.compute.RegionInstanceTemplate:
         cfg = args.cfg
         access = gcp.compute.RegionInstanceTemplateNetworkInterfaceAccessConfigArgs(
             nat_ip=self.address.address if self.address is not None else None, network_tier=NETWORK_TIER
         )
         return gcp.compute.RegionInstanceTemplate(
-            f"{name}-template",
+            resource_name,
             project=args.project,
             region=cfg.region,
             # Templates are immutable: a change is a new template (a fresh name from the prefix),
@@ -224,7 +244,7 @@ class ServerGroup(pulumi.ComponentResource):
                 gcp.compute.RegionInstanceTemplateDiskArgs(
                     boot=True,
                     auto_delete=True,
-                    source_image=args.image,
+                    source_image=image,
                     disk_size_gb=cfg.boot_disk_size_gb,
                     disk_type=cfg.boot_disk_type,
                 )
@@ -247,7 +267,9 @@ class ServerGroup(pulumi.ComponentResource):
             opts=child,
         )
 
-    def _group(self, name: str, args: ServerGroupArgs) -> gcp.compute.RegionInstanceGroupManager:
+    def _group(
+        self, name: str, args: ServerGroupArgs, template: gcp.compute.RegionInstanceTemplate
+    ) -> gcp.compute.RegionInstanceGroupManager:
         cfg = args.cfg
         return gcp.compute.RegionInstanceGroupManager(
             f"{name}-group",
@@ -257,7 +279,7 @@ class ServerGroup(pulumi.ComponentResource):
             base_instance_name=args.group_name,
             versions=[
                 gcp.compute.RegionInstanceGroupManagerVersionArgs(
-                    name="primary", instance_template=self.template.self_link
+                    name="primary", instance_template=template.self_link
                 )
             ],
             target_size=args.target_size,

@@ -1,11 +1,16 @@
 """The tooling image: the stock base image with docker and the pinned llama.cpp image baked in.
 
 A server VM booted from it skips the docker install and image pull (~170 s measured) of its cold
-start, since the boot script finds that work done. Opt-in (``buildToolingImage: true``): the
-:class:`ToolingImage` component bakes one image per llama.cpp build and bake-script version into
-the family ``qwen36-mtp-l4-tooling-b<build>``; :func:`find_tooling_image` lets the server use the
-family's newest image when it exists (``useToolingImage``, on by default) and falls back to the
-stock image when it does not.
+start, since the boot script finds that work done. On by default (``buildToolingImage``): where the
+build's family ``qwen36-mtp-l4-tooling-b<build>`` holds no image yet, the :class:`ToolingImage`
+component bakes one *beside* the first server, never before it. The group starts on the stock image
+(the first deploy serves as soon as it would without a bake) and moves onto the baked template once
+the image exists (infra/image_switch.py). Later deployments find the family
+(:func:`find_tooling_image`) and boot from it at once; a new llama.cpp build bakes a new family.
+
+Instance templates name the family, not an image: GCE resolves a family to its newest image each
+time it creates a VM, so every repair and every scale-out boots the newest bake without a template
+change. https://cloud.google.com/compute/docs/images/image-families-best-practices
 
 The pipeline, in dependency order (each step waits for the one before):
 
@@ -22,6 +27,9 @@ The builder is made and deleted by gcloud inside local commands rather than decl
 and after a ``pulumi refresh`` the next ``up`` would quietly re-create it, a billed VM that no
 later step deletes. A failed bake deletes its builder too (no spend while the user looks into
 it); since Pulumi retries only the failed step, step 2 re-creates a missing builder first.
+
+Once the family holds an image, the next ``pulumi up`` no longer declares the component: its builder
+account goes, and the image stays (``retain_on_delete``), serving every later VM of the build.
 """
 
 from __future__ import annotations
@@ -373,9 +381,12 @@ class ToolingImage(pulumi.ComponentResource):
 @dataclass(frozen=True)
 class ImageChoice:
     image: pulumi.Input[str]
+    """The image the group's template settles on."""
     source: Literal["tooling", "stock"]
     summary: str
     """One line for the preview and a stack output: which image, and the cold start to expect."""
+    bootstrap: str | None = None
+    """The stock image the group starts on while ``image`` is still being baked, else None."""
 
 
 def find_tooling_image(cfg: StackConfig, project: str | None = None) -> pulumi.Output[str] | None:
@@ -408,16 +419,21 @@ def find_tooling_image(cfg: StackConfig, project: str | None = None) -> pulumi.O
 
 
 def choose_server_image(
-    cfg: StackConfig, project: str | None = None, tooling: ToolingImage | None = None
+    cfg: StackConfig, found: pulumi.Input[str] | None = None, tooling: ToolingImage | None = None
 ) -> ImageChoice:
-    """The server's boot image: this stack's freshly baked family, else a found one, else stock."""
-    if tooling is not None and cfg.use_tooling_image:
-        summary = _tooling_summary(tooling.family) + " (baked by this stack before the server is created)"
-        pulumi.log.info(summary)
-        return ImageChoice(tooling.family_url, "tooling", summary)
-    found = find_tooling_image(cfg, project)
+    """The server's boot image: the build's family where it holds an image (``found``, from
+    :func:`find_tooling_image`), else this stack's bake with the stock image to start on, else stock."""
+    family = tooling_family(cfg.llama_cpp_build)
     if found is not None:
-        return ImageChoice(found, "tooling", _tooling_summary(tooling_family(cfg.llama_cpp_build)))
+        return ImageChoice(found, "tooling", _tooling_summary(family))
+    if tooling is not None and cfg.use_tooling_image:
+        summary = (
+            f"the server starts on the stock image ({COLD_START_STOCK} cold start) while the tooling image "
+            f"{family} bakes beside it, then moves onto it (one restart, during this `pulumi up`); from "
+            f"then on every repair boots the tooling image: {COLD_START_TOOLING}"
+        )
+        pulumi.log.info(summary)
+        return ImageChoice(tooling.family_url, "tooling", summary, bootstrap=stock_image_url(cfg))
     if not cfg.use_tooling_image:
         pulumi.log.info(f"useToolingImage is false: {_stock_summary(cfg)}")
     return ImageChoice(stock_image_url(cfg), "stock", _stock_summary(cfg))
@@ -431,9 +447,13 @@ def _tooling_summary(family: str) -> str:
 
 
 def _stock_summary(cfg: StackConfig) -> str:
+    hint = (
+        ""
+        if cfg.build_tooling_image
+        else f"; buildToolingImage: true bakes {tooling_family(cfg.llama_cpp_build)}"
+    )
     return (
         f"the server boots the stock image {cfg.image_project}/{cfg.image_family} and installs docker "
         f"and pulls the llama.cpp image at boot (~{DOCKER_AND_PULL_S} s): cold start {COLD_START_STOCK} "
-        f"with the model in the GCS cache; set buildToolingImage: true to bake "
-        f"{tooling_family(cfg.llama_cpp_build)}"
+        f"with the model in the GCS cache{hint}"
     )

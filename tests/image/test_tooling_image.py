@@ -345,10 +345,12 @@ def test_lookup_finds_the_builds_family() -> None:
 
 def test_a_missing_family_falls_back_to_the_stock_image() -> None:
     mocked = set_up(_image_missing)
-    cfg = StackConfig()
     # A whole program run: the caught invoke error must not fail the deployment at its end.
-    choice = mocked.run(lambda: pulumi.Output.from_input(choose_server_image(cfg, GCP_PROJECT)))
-    assert choice.source == "stock"
+    cfg = StackConfig(build_tooling_image=False)
+    choice = mocked.run(
+        lambda: pulumi.Output.from_input(choose_server_image(cfg, find_tooling_image(cfg, GCP_PROJECT)))
+    )
+    assert choice.source == "stock" and choice.bootstrap is None
     assert choice.image == stock_image_url(cfg)
     assert "~3.5 min" in choice.summary and "buildToolingImage" in choice.summary
     [call] = mocked.mocks.calls
@@ -376,7 +378,7 @@ def test_a_lookup_that_errors_otherwise_warns_and_falls_back() -> None:
 def test_use_tooling_image_false_skips_the_lookup() -> None:
     mocked = set_up(_image_found)
     cfg = StackConfig(use_tooling_image=False)
-    choice = choose_server_image(cfg)
+    choice = choose_server_image(cfg, find_tooling_image(cfg))
     assert choice.source == "stock" and choice.image == stock_image_url(cfg)
     assert mocked.mocks.calls == []
 
@@ -384,26 +386,31 @@ def test_use_tooling_image_false_skips_the_lookup() -> None:
 def test_a_found_image_is_chosen_with_its_cold_start() -> None:
     mocked = set_up(_image_found)
     cfg = StackConfig()
-    choice = choose_server_image(cfg)
-    assert choice.source == "tooling"
+    choice = choose_server_image(cfg, find_tooling_image(cfg))
+    assert choice.source == "tooling" and choice.bootstrap is None
     assert "~2 min" in choice.summary
     assert mocked.run(lambda: choice.image) == (
         f"projects/{GCP_PROJECT}/global/images/family/qwen36-mtp-l4-tooling-b11434"
     )
 
 
-def test_a_stack_that_bakes_boots_the_server_from_its_own_image() -> None:
-    """With buildToolingImage the server's image resolves only after the baked image exists."""
+def test_a_stack_that_bakes_starts_on_the_stock_image_and_settles_on_its_own() -> None:
+    """The first deployment of a build: the group's settled image resolves only after the bake, so
+    the server starts on the stock image meanwhile (infra/image_switch.py moves it over)."""
     mocked = set_up(_image_missing)
-    cfg = StackConfig(build_tooling_image=True)
+    cfg = StackConfig()
 
     def build() -> pulumi.Output[Any]:
         tooling = ToolingImage("tooling", ToolingImageArgs(cfg=cfg, project=GCP_PROJECT, **NETWORK))
-        return pulumi.Output.from_input(choose_server_image(cfg, tooling=tooling).image)
+        choice = choose_server_image(cfg, None, tooling)
+        assert choice.bootstrap == stock_image_url(cfg)
+        return pulumi.Output.from_input(choice.image)
 
     image = mocked.run(build)
     assert image == f"projects/{GCP_PROJECT}/global/images/family/qwen36-mtp-l4-tooling-b11434"
     assert mocked.mocks.calls == []  # no lookup needed: the family is this stack's own
+    infos = [m for level, m in mocked.logs.records if level == "INFO"]
+    assert any("starts on the stock image" in m and "one restart" in m for m in infos)
 
 
 @pytest.mark.parametrize("build", [9093, 11434, 20000])

@@ -37,7 +37,7 @@ MOCK_API_KEY = "k3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3y"
 MOCK_GLOBAL_IP = "203.0.113.80"
 MOCK_IP = "203.0.113.10"
 COMPUTE = "https://www.googleapis.com/compute/v1"
-# The suffix GCE adds to a template's name prefix.
+# The suffix GCE adds to a template's name prefix (the first template's; each next one counts up).
 TEMPLATE_SUFFIX = "20261130223000000000000001"
 
 
@@ -52,12 +52,21 @@ class RecordingMocks(pulumi.runtime.Mocks):
     """Echo each resource's inputs as its state, plus the computed fields GCP would fill in."""
 
     def __init__(
-        self, existing_buckets: Mapping[str, Mapping[str, str]] | None = None, *, fail_invokes: bool = False
+        self,
+        existing_buckets: Mapping[str, Mapping[str, str]] | None = None,
+        *,
+        fail_invokes: bool = False,
+        tooling_image: bool = True,
     ) -> None:
         self.resources: list[Resource] = []
         self.calls: list[str] = []
         self.existing_buckets = dict(existing_buckets or {})
         self.fail_invokes = fail_invokes
+        self.tooling_image = tooling_image
+
+    def _count(self, token: str) -> int:
+        """How many resources of this type came before the newest one."""
+        return sum(r.type == token for r in self.resources) - 1
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         inputs = dict(args.inputs)
@@ -75,7 +84,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
             "random:index/randomPassword:RandomPassword": lambda: {"result": MOCK_API_KEY},
             "gcp:compute/regionInstanceTemplate:RegionInstanceTemplate": lambda: {
                 "selfLink": f"{COMPUTE}/projects/{GCP_PROJECT}/regions/{inputs['region']}/instanceTemplates/"
-                f"{inputs['namePrefix']}{TEMPLATE_SUFFIX}"
+                f"{inputs['namePrefix']}{int(TEMPLATE_SUFFIX) + self._count(args.typ)}"
             },
             "gcp:compute/regionInstanceGroupManager:RegionInstanceGroupManager": lambda: {
                 "instanceGroup": f"{COMPUTE}/projects/{GCP_PROJECT}/regions/{inputs['region']}/"
@@ -130,6 +139,14 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 if b.startswith(prefix)
             ]
             return {"buckets": listed, "id": "buckets", "prefix": prefix, "project": args.args.get("project")}
+        if args.token == "gcp:compute/getImage:getImage" and self.tooling_image:
+            # The family lookup's answer once a bake exists (images.getFromFamily: the newest image).
+            family = args.args["family"]
+            return {
+                "name": f"{family}-0a1b2c3d-73012345",
+                "family": family,
+                "project": args.args.get("project"),
+            }
         return {}
 
 
@@ -201,11 +218,13 @@ def deploy(
     existing_buckets: Sequence[str] = (),
     foreign_buckets: Mapping[str, Mapping[str, str]] | None = None,
     fail_invokes: bool = False,
+    tooling_image: bool = True,
 ) -> Deployment:
     """Run ``__main__.py`` for a stack file's config plus ``overrides`` (short keys) under mocks.
 
     ``existing_buckets`` exist in the project with this stack's labels (kept by an earlier
-    deployment); ``foreign_buckets`` with the labels given.
+    deployment); ``foreign_buckets`` with the labels given. ``tooling_image``: the build's tooling
+    family holds an image (every deployment after the first); without one the program bakes it.
     """
     ours = {"app": PROJECT, "stack": f"qwen36-{stack}", "managed-by": "pulumi"}
     buckets = {name: ours for name in existing_buckets} | dict(foreign_buckets or {})
@@ -213,7 +232,7 @@ def deploy(
     config.update({f"{PROJECT}:{k}": v for k, v in (overrides or {}).items()})
     if gcp_project is not None:
         config["gcp:project"] = gcp_project
-    mocks = RecordingMocks(buckets, fail_invokes=fail_invokes)
+    mocks = RecordingMocks(buckets, fail_invokes=fail_invokes, tooling_image=tooling_image)
     monitor = RecordingMonitor(mocks)
     settings.ROOT.set(None)  # a fresh stack resource, so one run's exports never leak into the next
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)

@@ -266,7 +266,7 @@ DEFAULT_VPC = "https://www.googleapis.com/compute/v1/projects/acme-llm-test/glob
 
 @pytest.fixture(scope="module")
 def baking() -> Deployment:
-    return deploy("dev", {"buildToolingImage": True})
+    return deploy("dev", tooling_image=False)
 
 
 def _builder_flags(change: Callable[[list[str]], list[str]]) -> Callable[[dict[str, Any]], None]:

@@ -20,6 +20,7 @@ from program_mocks import (
 from infra.boot_script import render_boot_script
 from infra.config import ConfigError, parse_config
 from infra.model_cache import model_bucket_name, model_object_name
+from infra.tooling_image import tooling_family
 
 INSTANCE = "gcp:compute/instance:Instance"
 TEMPLATE = "gcp:compute/regionInstanceTemplate:RegionInstanceTemplate"
@@ -275,6 +276,7 @@ def test_template_carries_the_spot_server_and_its_security(deployed: Deployment,
     cfg = parse_config(stack_config(stack))
     assert cfg.image_project == "deeplearning-platform-release"
     assert cfg.image_family == "common-cu129-ubuntu-2204-nvidia-580"
+    family = tooling_family(cfg.llama_cpp_build)
     vm = deployed.one(TEMPLATE).inputs
     assert vm["region"] == cfg.region and vm["namePrefix"] == f"qwen36-{stack}-"
     assert vm["machineType"] == "g2-standard-8"
@@ -290,7 +292,8 @@ def test_template_carries_the_spot_server_and_its_security(deployed: Deployment,
         {
             "boot": True,
             "autoDelete": True,
-            "sourceImage": f"projects/{cfg.image_project}/global/images/family/{cfg.image_family}",
+            # The build's tooling family (the mocks' lookup finds it, as after the first deployment).
+            "sourceImage": f"projects/{GCP_PROJECT}/global/images/family/{family}",
             "diskSizeGb": 100,
             "diskType": "pd-ssd",
         }
