@@ -27,7 +27,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
-from tests.health.stub_http import serve_on_loopback
+from tests.harness.loopback import serve_on_loopback
 
 BACKEND_TIMEOUT_S = 120.0
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}

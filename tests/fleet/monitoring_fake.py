@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.health.stub_http import serve_on_loopback
+from tests.harness.loopback import serve_on_loopback
 
 PROJECT_ID = "acme-llm-test"
 PROJECT_NUMBER = "123456789012"

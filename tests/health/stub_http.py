@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
-
-@contextmanager
-def serve_on_loopback(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    """Serves ``handler`` on a free loopback port in a thread; yields the base URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+from tests.harness.loopback import serve_on_loopback
 
 
 @contextmanager

@@ -10,20 +10,13 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 
 from infra import boot_protocol
+from infra.boot_protocol import KEY_REPORT
 from qwen36.group import ComputeApiReader, GroupTarget, current_report
 from qwen36.health import WaitFailed, WaitSettings, wait_ready
-from tests.health.compute_fake import (
-    FakeGroup,
-    FakeMember,
-    GroupState,
-    VirtualClock,
-    at,
-    attempt_error,
-    fake_compute_api,
-    list_error,
-    report,
-    stockout,
-)
+from tests.compute_fake.clock import VirtualClock, at
+from tests.compute_fake.group import FakeGroup, FakeMember, GroupState, report
+from tests.compute_fake.server import fake_compute_api
+from tests.compute_fake.shapes import attempt_error, list_error, stockout
 
 SERIAL = "".join(
     f"Nov 30 22:0{i} host google_metadata_script_runner[7]: startup-script: phase {i}\n" for i in range(5)
@@ -57,7 +50,12 @@ def test_stocked_out_in_two_zones_then_a_member_in_a_third() -> None:
     group = FakeGroup(timeline=[], clock=clock)
     a = FakeMember("qwen36-dev-x1", "europe-west4-a", status=None, action="CREATING")
     b = FakeMember("qwen36-dev-x1", "europe-west4-b", status=None, action="CREATING")
-    c = FakeMember("qwen36-dev-x1", "europe-west4-c", started=200, report=report("ready", 290, "healthy"))
+    c = FakeMember(
+        "qwen36-dev-x1",
+        "europe-west4-c",
+        started=200,
+        guest_attributes={KEY_REPORT: report("ready", 290, "healthy")},
+    )
     b.last_attempt = [
         attempt_error(
             "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
@@ -140,7 +138,12 @@ def test_quota_from_a_members_last_attempt_details_for_all_regions() -> None:
 def test_an_old_error_from_an_earlier_deploy_is_not_this_waits_business() -> None:
     clock = VirtualClock()
     group = FakeGroup(timeline=[], clock=clock)
-    member = FakeMember("qwen36-dev-x1", "europe-west4-a", started=0, report=report("ready", 30, "healthy"))
+    member = FakeMember(
+        "qwen36-dev-x1",
+        "europe-west4-a",
+        started=0,
+        guest_attributes={KEY_REPORT: report("ready", 30, "healthy")},
+    )
     old = list_error(group, member, "QUOTA_EXCEEDED", "Quota 'NVIDIA_L4_GPUS' exceeded.", -86400)
     group.timeline = [(0, GroupState(members=[member], errors=[old]))]
     lines, summary, diagnosis = run_gate(group, clock)
@@ -154,12 +157,14 @@ def test_a_stale_failed_report_from_before_a_repair_is_ignored() -> None:
     # The member was repaired (recreated, same name) at t=100; its guest attributes still hold the
     # failed report of the boot before, written at t=40.
     stale = report("failed", 40, "model: sha256 mismatch", boot_id="boot-old")
-    before = FakeMember("qwen36-dev-x1", "europe-west4-a", started=100, report=stale, serial=SERIAL)
+    before = FakeMember(
+        "qwen36-dev-x1", "europe-west4-a", started=100, guest_attributes={KEY_REPORT: stale}, serial=SERIAL
+    )
     after = FakeMember(
         "qwen36-dev-x1",
         "europe-west4-a",
         started=100,
-        report=report("ready", 250, "healthy", boot_id="boot-new"),
+        guest_attributes={KEY_REPORT: report("ready", 250, "healthy", boot_id="boot-new")},
     )
     group.timeline = [(0, GroupState(members=[before])), (240, GroupState(members=[after]))]
     lines, summary, diagnosis = run_gate(group, clock)
@@ -180,7 +185,7 @@ def test_a_current_failed_report_stops_the_wait_with_a_diagnosis() -> None:
         "qwen36-dev-x1",
         "europe-west4-a",
         started=0,
-        report=report("failed", 30, "model: sha256 mismatch"),
+        guest_attributes={KEY_REPORT: report("failed", 30, "model: sha256 mismatch")},
         serial=SERIAL,
     )
     group.timeline = [(0, GroupState(members=[member]))]
@@ -196,15 +201,25 @@ def test_a_member_repaired_mid_wait_is_followed_into_its_new_zone() -> None:
     clock = VirtualClock()
     group = FakeGroup(timeline=[], clock=clock)
     loading = FakeMember(
-        "qwen36-dev-x1", "europe-west4-a", started=0, report=report("model", 20, "1.2 of 22.1 GB")
+        "qwen36-dev-x1",
+        "europe-west4-a",
+        started=0,
+        guest_attributes={KEY_REPORT: report("model", 20, "1.2 of 22.1 GB")},
     )
     # Preempted at t=120: the group recreates it (same name, RECREATE keeps it) in zone b.
     going = FakeMember("qwen36-dev-x1", "europe-west4-a", status="STOPPING", action="RECREATING", started=0)
     coming = FakeMember(
         "qwen36-dev-x1", "europe-west4-b", status="PROVISIONING", action="CREATING", started=0
     )
-    booting = FakeMember("qwen36-dev-x1", "europe-west4-b", started=300, report=report("boot", 305))
-    ready = FakeMember("qwen36-dev-x1", "europe-west4-b", started=300, report=report("ready", 420, "healthy"))
+    booting = FakeMember(
+        "qwen36-dev-x1", "europe-west4-b", started=300, guest_attributes={KEY_REPORT: report("boot", 305)}
+    )
+    ready = FakeMember(
+        "qwen36-dev-x1",
+        "europe-west4-b",
+        started=300,
+        guest_attributes={KEY_REPORT: report("ready", 420, "healthy")},
+    )
     group.timeline = [
         (0, GroupState(members=[loading])),
         (120, GroupState(members=[going])),
@@ -230,7 +245,12 @@ def test_a_member_repaired_mid_wait_is_followed_into_its_new_zone() -> None:
 def test_guest_attributes_are_read_at_most_every_15_seconds() -> None:
     clock = VirtualClock()
     group = FakeGroup(timeline=[], clock=clock)
-    member = FakeMember("qwen36-dev-x1", "europe-west4-a", started=0, report=report("model", 10, "fetching"))
+    member = FakeMember(
+        "qwen36-dev-x1",
+        "europe-west4-a",
+        started=0,
+        guest_attributes={KEY_REPORT: report("model", 10, "fetching")},
+    )
     group.timeline = [(0, GroupState(members=[member]))]
     lines: list[str] = []
     with fake_compute_api(group) as endpoint, pytest.raises(WaitFailed):
@@ -286,7 +306,10 @@ def test_a_group_without_members_yet_but_size_one_keeps_waiting() -> None:
     clock = VirtualClock()
     group = FakeGroup(timeline=[], clock=clock)
     member = FakeMember(
-        "qwen36-dev-x1", "europe-west4-a", started=200, report=report("ready", 290, "healthy")
+        "qwen36-dev-x1",
+        "europe-west4-a",
+        started=200,
+        guest_attributes={KEY_REPORT: report("ready", 290, "healthy")},
     )
     group.timeline = [(0, GroupState(members=[], target_size=1)), (120, GroupState(members=[member]))]
     _lines, summary, diagnosis = run_gate(group, clock)

@@ -8,7 +8,8 @@ import time
 import pytest
 
 from qwen36.__main__ import main
-from tests.health.compute_fake import FakeGroup, FakeMember, GroupState, fake_compute_api
+from tests.compute_fake.group import FakeGroup, FakeMember, GroupState
+from tests.compute_fake.server import fake_compute_api
 
 SERIAL = "boot line\nstartup-script: qwen36: phase=ready\n"
 

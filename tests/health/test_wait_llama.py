@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from infra.boot_protocol import KEY_REPORT
 from infra.config import StackConfig
 from infra.server_args import server_args
+from tests.compute_fake.group import FakeGroup, FakeMember, GroupState, report
+from tests.compute_fake.server import fake_compute_api
 from tests.harness.server import LlamaServer, free_port
-from tests.health.compute_fake import FakeGroup, FakeMember, GroupState, fake_compute_api, report
 
 pytestmark = pytest.mark.llama
 
@@ -83,7 +85,11 @@ def test_wait_sees_refused_then_loading_then_ready_with_gemma_started_late(
         cfg, model_path=str(gemma_model), api_key_file=str(key_file), host="127.0.0.1", port=port
     )
     group = _group(
-        FakeMember("qwen36-dev-x1", "europe-west4-a", report=report("server", 1, "waiting for /health"))
+        FakeMember(
+            "qwen36-dev-x1",
+            "europe-west4-a",
+            guest_attributes={KEY_REPORT: report("server", 1, "waiting for /health")},
+        )
     )
     with (
         fake_compute_api(group) as endpoint,
@@ -119,7 +125,7 @@ def test_wrong_api_key_is_not_ready_and_never_printed(
         FakeMember(
             "qwen36-dev-x1",
             "europe-west4-a",
-            report=report("ready", 1, "llama-server healthy"),
+            guest_attributes={KEY_REPORT: report("ready", 1, "llama-server healthy")},
             serial="startup-script: qwen36: phase=ready\n",
         )
     )

@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
+from infra.boot_protocol import KEY_REPORT
 from qwen36.group import ComputeApiReader, GroupTarget
 from qwen36.health import WaitFailed, WaitSettings, wait_ready
+from tests.compute_fake.group import FakeGroup, FakeMember, GroupState, report
+from tests.compute_fake.server import fake_compute_api
 from tests.harness.server import free_port
-from tests.health.compute_fake import FakeGroup, FakeMember, GroupState, fake_compute_api, report
 from tests.health.stub_http import stub_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +102,7 @@ def test_http_mode_passes_with_a_running_member() -> None:
 def test_http_mode_stops_when_the_vm_reports_failure() -> None:
     member = FakeMember(
         "qwen36-dev-x1", "europe-west4-a", started=0, serial=SERIAL,
-        report=report("failed", 1, "server: llama-server exited 1"),
+        guest_attributes={KEY_REPORT: report("failed", 1, "server: llama-server exited 1")},
     )  # fmt: skip
     group = _group(member)
     with fake_compute_api(group) as endpoint:
@@ -115,7 +117,10 @@ def test_http_mode_stops_when_the_vm_reports_failure() -> None:
 
 def test_http_mode_gives_up_early_when_the_vm_is_ready_but_the_port_unreachable() -> None:
     member = FakeMember(
-        "qwen36-dev-x1", "europe-west4-a", started=0, report=report("ready", 1, "healthy 95 s")
+        "qwen36-dev-x1",
+        "europe-west4-a",
+        started=0,
+        guest_attributes={KEY_REPORT: report("ready", 1, "healthy 95 s")},
     )
     group = _group(member)
     settings = WaitSettings(timeout_s=30.0, poll_s=0.05, heartbeat_s=0.5, vm_ready_unreachable_s=0.5)

@@ -16,8 +16,9 @@ import pytest
 
 from infra.config import StackConfig
 from infra.server_args import server_args
+from tests.compute_fake.group import FakeGroup, FakeMember, GroupState
+from tests.compute_fake.server import fake_compute_api
 from tests.harness.server import LlamaServer, free_port
-from tests.idle.compute_group_fake import FakeGroup, fake_group_api
 from tests.idle.vm_fakes import FakeLogging, FakeMetadata, fake_logging, fake_metadata
 
 API_KEY = "idle-test-key-0123456789"
@@ -50,6 +51,16 @@ def llama(tiny_mtp_model_agreeing: Path, key_file: Path, llama_server_bin: Path)
         yield srv
 
 
+def idle_group(*members: FakeMember, target_size: int = 1) -> FakeGroup:
+    """The group ``FakeMetadata``'s VM is a member of, as it stands until a resize changes it."""
+    return FakeGroup(
+        timeline=[(0.0, GroupState(members=list(members), target_size=target_size))],
+        project="acme-llm-test",
+        region="us-central1",
+        new_member=FakeMember("qwen36-dev-x1b2", "us-central1-b"),
+    )
+
+
 @dataclass
 class Cloud:
     group: FakeGroup
@@ -62,8 +73,8 @@ class Cloud:
 
 @pytest.fixture
 def cloud() -> Iterator[Cloud]:
-    group, md, sink = FakeGroup(), FakeMetadata(), FakeLogging()
-    with fake_group_api(group) as compute, fake_metadata(md) as meta, fake_logging(sink) as logs:
+    group, md, sink = idle_group(), FakeMetadata(), FakeLogging()
+    with fake_compute_api(group) as compute, fake_metadata(md) as meta, fake_logging(sink) as logs:
         yield Cloud(group, md, sink, f"{compute}/compute/v1", meta, logs)
 
 

@@ -18,8 +18,8 @@ import pytest
 
 from infra import boot_protocol
 from startup import idle_watch
+from tests.compute_fake.group import Call
 from tests.harness.server import LlamaServer, free_port
-from tests.idle.compute_group_fake import Call
 from tests.idle.conftest import (
     API_KEY,
     Cloud,
@@ -92,7 +92,7 @@ def test_silence_leads_to_exactly_one_stop(
     assert w.wait_exit() == 0, w.output()
     resize = _assert_one_resize_to_zero(cloud)
     assert resize.t - w.started >= 1.5
-    assert cloud.group.target_size == 0
+    assert cloud.group.state().target_size == 0
     # Check before act: the group was read first (its size decides whether to stop at all).
     gets = [c for c in cloud.group.calls if c.method == "GET" and c.path == GROUP_PATH]
     assert gets and gets[0].t < resize.t
@@ -257,7 +257,7 @@ def test_a_failed_stop_is_retried_within_its_bound_and_logged(
     assert "stop attempt 1/3 failed: resize answered 503" in out
     assert "stop attempt 2/3 failed: resize answered 500" in out
     assert "idle stop: resized group qwen36-dev to 0" in out
-    assert cloud.group.target_size == 0
+    assert cloud.group.state().target_size == 0
 
 
 def test_a_stop_that_keeps_failing_gives_up_and_waits_another_window(
@@ -276,7 +276,7 @@ def test_a_stop_that_keeps_failing_gives_up_and_waits_another_window(
 def test_a_group_of_several_members_is_left_alone(
     cloud: Cloud, llama: LlamaServer, key_file: Path, tmp_path: Path, watchers: list[WatcherProcess]
 ) -> None:
-    cloud.group.target_size = 2
+    cloud.group.state().target_size = 2
     w = _watch(cloud, llama, key_file, tmp_path, watchers, idle_s=0.5)
     wait_for(lambda: "only a one-member group stops" in w.output(), 10, "the refusal")
     assert w.running()
@@ -286,7 +286,7 @@ def test_a_group_of_several_members_is_left_alone(
 def test_a_group_already_at_zero_is_not_resized(
     cloud: Cloud, llama: LlamaServer, key_file: Path, tmp_path: Path, watchers: list[WatcherProcess]
 ) -> None:
-    cloud.group.target_size = 0
+    cloud.group.state().target_size = 0
     w = _watch(cloud, llama, key_file, tmp_path, watchers, idle_s=0.5)
     assert w.wait_exit() == 0
     assert cloud.group.resizes() == []

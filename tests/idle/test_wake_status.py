@@ -23,18 +23,17 @@ from qwen36.status import (
     classify,
     describe,
 )
+from tests.compute_fake.group import FakeGroup, FakeMember
+from tests.compute_fake.server import fake_compute_api
+from tests.compute_fake.shapes import STOCKOUT_MESSAGE, attempt_error
 from tests.harness.server import LlamaServer
-from tests.idle.compute_group_fake import FakeGroup, fake_group_api
-from tests.idle.compute_group_fake import Member as FakeMember
-from tests.idle.conftest import API_KEY
+from tests.idle.conftest import API_KEY, idle_group
 
 GROUP_PATH = "/compute/v1/projects/acme-llm-test/regions/us-central1/instanceGroupManagers/qwen36-dev"
 WHERE = ["--project", "acme-llm-test", "--region", "us-central1", "--group", "qwen36-dev"]
-STOCKOUT = {
-    "code": "ZONE_RESOURCE_POOL_EXHAUSTED",
-    "message": "The zone 'projects/acme-llm-test/zones/us-central1-b' does not have enough resources "
-    "available to fulfill the request. Try a different zone, or try again later.",
-}
+STOCKOUT = attempt_error(
+    "ZONE_RESOURCE_POOL_EXHAUSTED", STOCKOUT_MESSAGE.format(project="acme-llm-test", zone="us-central1-b")
+)
 
 
 @pytest.mark.llama
@@ -42,8 +41,8 @@ def test_wake_resizes_back_waits_and_prints_the_urls(
     llama: LlamaServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("QWEN36_API_KEY", API_KEY)
-    group = FakeGroup(target_size=0)
-    with fake_group_api(group) as endpoint:
+    group = idle_group(target_size=0)
+    with fake_compute_api(group) as endpoint:
         rc = main(
             ["wake", *WHERE, "--url", llama.base_url, "--compute-endpoint", endpoint, "--anonymous",
              "--timeout-minutes", "1", "--poll-seconds", "0.1"]
@@ -59,7 +58,7 @@ def test_wake_resizes_back_waits_and_prints_the_urls(
     assert ops and ops[0].t > resize.t
     lists = [c for c in group.calls if c.path == f"{GROUP_PATH}/listManagedInstances"]
     assert lists and lists[0].t > ops[0].t
-    assert group.target_size == 1
+    assert group.state().target_size == 1
     assert "wake: resized group qwen36-dev from 0 to 1" in out.out
     assert "wake: member qwen36-dev-x1b2 in us-central1-b" in out.out
     assert "ready after" in out.out and "API key accepted" in out.out
@@ -72,8 +71,8 @@ def test_wake_of_a_running_group_only_waits(
     llama: LlamaServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("QWEN36_API_KEY", API_KEY)
-    group = FakeGroup(target_size=1, members=[FakeMember("qwen36-dev-a1", "us-central1-a")])
-    with fake_group_api(group) as endpoint:
+    group = idle_group(FakeMember("qwen36-dev-a1", "us-central1-a"))
+    with fake_compute_api(group) as endpoint:
         rc = main(["wake", *WHERE, "--url", llama.base_url, "--compute-endpoint", endpoint, "--anonymous"])
     out = capsys.readouterr().out
     assert rc == 0
@@ -106,8 +105,8 @@ def test_wake_with_the_stack_reads_its_outputs(
     pulumi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
     monkeypatch.delenv("QWEN36_API_KEY", raising=False)
-    group = FakeGroup(target_size=0)
-    with fake_group_api(group) as endpoint:
+    group = idle_group(target_size=0)
+    with fake_compute_api(group) as endpoint:
         rc = main(
             ["wake", "--stack", "dev", "--compute-endpoint", endpoint, "--anonymous", "--poll-seconds", "0.1"]
         )
@@ -124,13 +123,13 @@ def test_wake_and_status_commands_are_exact() -> None:
 
 
 def _describe(group: FakeGroup, now: datetime | None = None) -> str:
-    with fake_group_api(group) as endpoint:
+    with fake_compute_api(group) as endpoint:
         api = GroupApi(Where("acme-llm-test", "us-central1", "qwen36-dev"), endpoint, anonymous=True)
         return describe(api, now=now)
 
 
 def test_status_idle_stopped() -> None:
-    assert _describe(FakeGroup(target_size=0)).startswith(f"{IDLE_STOPPED}: the group is at size 0")
+    assert _describe(idle_group(target_size=0)).startswith(f"{IDLE_STOPPED}: the group is at size 0")
 
 
 def test_status_running_with_the_time_since_the_last_request() -> None:
@@ -140,7 +139,7 @@ def test_status_running_with_the_time_since_the_last_request() -> None:
         "idle": "watching 2026-11-30T21:59:30Z b00t last-request=2026-11-30T21:48:00Z idle-minutes=30",
     }
     now = datetime(2026, 11, 30, 22, 0, 0, tzinfo=UTC)
-    line = _describe(FakeGroup(members=[member]), now)
+    line = _describe(idle_group(member), now)
     assert (
         line == f"{RUNNING}: qwen36-dev-a1 in us-central1-a; last request 12 min ago (2026-11-30T21:48:00Z)"
     )
@@ -148,33 +147,31 @@ def test_status_running_with_the_time_since_the_last_request() -> None:
 
 def test_status_running_without_requests_or_report() -> None:
     member = FakeMember("qwen36-dev-a1", "us-central1-a")
-    assert _describe(FakeGroup(members=[member])).endswith("no report from the idle watcher yet")
+    assert _describe(idle_group(member)).endswith("no report from the idle watcher yet")
     member.guest_attributes = {"idle": "watching 2026-11-30T21:59:30Z b00t last-request=none idle-minutes=30"}
-    assert _describe(FakeGroup(members=[member])).endswith(
+    assert _describe(idle_group(member)).endswith(
         "no request since the watcher started (report of 2026-11-30T21:59:30Z)"
     )
 
 
 def test_status_preempted_and_repairing() -> None:
-    member = FakeMember(
-        "qwen36-dev-a1", "us-central1-a", instance_status="TERMINATED", current_action="RECREATING"
-    )
-    assert _describe(FakeGroup(members=[member])).startswith(
+    member = FakeMember("qwen36-dev-a1", "us-central1-a", status="TERMINATED", action="RECREATING")
+    assert _describe(idle_group(member)).startswith(
         f"{REPAIRING}: qwen36-dev-a1 is TERMINATED, action RECREATING"
     )
 
 
 def test_status_stocked_out() -> None:
     member = FakeMember(
-        "qwen36-dev-a1", "us-central1-b", instance_status="", current_action="CREATING", errors=[STOCKOUT]
+        "qwen36-dev-a1", "us-central1-b", status=None, action="CREATING", last_attempt=[STOCKOUT]
     )
-    line = _describe(FakeGroup(members=[member]))
+    line = _describe(idle_group(member))
     assert line.startswith(f"{STOCKED_OUT}: qwen36-dev-a1: The zone")
     assert "does not have enough resources" in line
 
 
 def test_status_cli_prints_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    with fake_group_api(FakeGroup(target_size=0)) as endpoint:
+    with fake_compute_api(idle_group(target_size=0)) as endpoint:
         assert main(["status", *WHERE, "--compute-endpoint", endpoint, "--anonymous"]) == 0
     assert capsys.readouterr().out.startswith("idle-stopped:")
 
@@ -212,11 +209,11 @@ def test_classify(members: list[Member], state: str) -> None:
 
 def test_wake_without_an_http_path_follows_the_vms_report(capsys: pytest.CaptureFixture[str]) -> None:
     """IAP only (no --url): the new member's boot report decides, read through the Compute API."""
-    group = FakeGroup(target_size=0)
+    group = idle_group(target_size=0)
     group.new_member.guest_attributes = {
         "report": "ready 2026-11-30T22:03:00Z b00t llama-server healthy 170 s after boot",
     }
-    with fake_group_api(group) as endpoint:
+    with fake_compute_api(group) as endpoint:
         rc = main(["wake", *WHERE, "--compute-endpoint", endpoint, "--anonymous", "--poll-seconds", "0.1"])
     out = capsys.readouterr()
     assert rc == 0, out.err

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from tests.idle.compute_group_fake import serve_on_loopback
+from tests.harness.loopback import serve_on_loopback
 
 TOKEN = "ya29.fake-vm-token"
 
