@@ -2,9 +2,10 @@
 
 The script is ``#!/bin/bash``, a block of shell assignments generated here (every value through
 ``shlex.quote``), the VM agents it starts (``startup/idle_watch.py``; ``startup/metrics_publisher.py``
-for an autoscaled fleet) as quoted heredocs, then ``startup/lib.sh`` (the helpers it shares with
-the bake script), ``startup/model.sh`` (the model path: tmpfs, ``gcloud storage cp``,
-``hf download``, the post-serve hash) and ``startup/boot.sh`` verbatim.
+for an autoscaled fleet) and the module they share (``startup/vm_agent.py``) as quoted heredocs,
+then ``startup/lib.sh`` (the helpers it shares with the bake script), ``startup/model.sh`` (the
+model path: tmpfs, ``gcloud storage cp``, ``hf download``, the post-serve hash) and
+``startup/boot.sh`` verbatim.
 A changed startup script replaces the VM, so the output depends on the config alone: no clock,
 no randomness, no ordering that could vary.
 """
@@ -34,6 +35,8 @@ LIB_PATH = REPO_ROOT / "startup" / "lib.sh"
 METRICS_PUBLISHER_PATH = REPO_ROOT / "startup" / "metrics_publisher.py"
 PUBLISHER_HEREDOC_END = "QWEN36_METRICS_PUBLISHER_EOF"
 IDLE_WATCH_PATH = REPO_ROOT / "startup" / "idle_watch.py"
+VM_AGENT_PATH = REPO_ROOT / "startup" / "vm_agent.py"
+VM_AGENT_END = "QWEN36_VM_AGENT_EOF"
 MODEL_SH_PATH = REPO_ROOT / "startup" / "model.sh"
 
 # GCE caps one metadata value at 256 KB; the rendered script stays well below it.
@@ -108,6 +111,7 @@ def render_boot_script(cfg: StackConfig, *, bucket: str, api_key_secret: str | N
         *(f"{name}={_quote_word(value)}" for name, value in scalars.items()),
         _array("SERVER_ARGS", args),
         _array("SERVER_ARGS_DEGRADED", degraded),
+        _embedded_file("qwen36_vm_agent_lib", VM_AGENT_PATH.read_text(encoding="utf-8"), VM_AGENT_END),
         *(
             [
                 _embedded_file(

@@ -62,6 +62,7 @@ LOG_TAIL_LINES=20
 CONTAINER_NAME=llama-server
 SPEC_LABEL=qwen36.spec
 IDLE_WATCH_TOOL="$BIN_DIR/idle_watch.py"
+VM_AGENT_LIB="$BIN_DIR/vm_agent.py" # the module both agents import (startup/vm_agent.py)
 IDLE_UNIT=qwen36-idle-watch
 IDLE_METRICS_URL=${QWEN36_METRICS_URL:-http://127.0.0.1:$SERVER_PORT/metrics}
 IDLE_RESTART_S=30 # systemd's pause before it restarts a failed watcher
@@ -661,6 +662,15 @@ serve_and_check() {
   done
 }
 
+install_agent() {
+  # Writes the embedded file that function $1 prints to $2 through a rename, so a unit (re)started
+  # meanwhile never reads half a file. The agents import vm_agent.py from their own directory:
+  # `python3 $BIN_DIR/<agent>.py` puts $BIN_DIR first on sys.path, so no unit needs a PYTHONPATH.
+  install -d -m 0755 "$BIN_DIR"
+  "$1" >"$2.tmp"
+  mv -f "$2.tmp" "$2"
+}
+
 start_metrics_publisher() {
   # An autoscaled fleet sizes itself on each member's requests in flight (infra/fleet.py): a
   # transient systemd unit that systemd restarts on failure, never a background job of this
@@ -668,8 +678,8 @@ start_metrics_publisher() {
   ((LOAD_METRIC_PUBLISH == 1)) || return 0
   local tool="$BIN_DIR/metrics_publisher.py" unit=qwen36-metrics-publisher
   local -a key_args=()
-  qwen36_metrics_publisher >"$tool.tmp"
-  mv -f "$tool.tmp" "$tool"
+  install_agent qwen36_vm_agent_lib "$VM_AGENT_LIB"
+  install_agent qwen36_metrics_publisher "$tool"
   if timeout "$SYSTEMCTL_TIMEOUT_S" systemctl is-active --quiet "$unit"; then
     timeout "$SYSTEMCTL_TIMEOUT_S" systemctl stop "$unit" || log "warning: could not stop $unit"
   fi
@@ -695,9 +705,8 @@ start_idle_watch() {
     log "idle autostop is off (idleStopMinutes is 0)"
     return 0
   fi
-  install -d -m 0755 "$BIN_DIR"
-  qwen36_idle_watch_tool >"$IDLE_WATCH_TOOL.tmp"
-  mv -f "$IDLE_WATCH_TOOL.tmp" "$IDLE_WATCH_TOOL"
+  install_agent qwen36_vm_agent_lib "$VM_AGENT_LIB"
+  install_agent qwen36_idle_watch_tool "$IDLE_WATCH_TOOL"
   if ! command -v systemd-run >/dev/null 2>&1; then
     log "warning: no systemd-run; idle autostop is not running"
     return 0

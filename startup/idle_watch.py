@@ -1,8 +1,8 @@
 """Idle autostop: resize this VM's managed instance group to 0 when llama-server serves nobody.
 
-Runs on the server VM (standard library only, Python 3.10 like the image's python3), started by
-the boot script once llama-server is ready, as a supervised systemd unit. Every poll it reads
-llama-server's own ``/metrics``:
+Runs on the server VM (standard library only, Python 3.10 like the image's python3, and
+``vm_agent.py`` installed next to it), started by the boot script once llama-server is ready, as a
+supervised systemd unit. Every poll it reads llama-server's own ``/metrics``:
 
 * ``llamacpp:requests_processing`` and ``llamacpp:requests_deferred`` (gauges) say a request is
   in progress or queued: a long stream counts as use for as long as it runs, even though the token
@@ -36,28 +36,30 @@ import json
 import math
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
-GAUGES = ("llamacpp:requests_processing", "llamacpp:requests_deferred")
+from vm_agent import (
+    IN_FLIGHT,
+    METADATA_URL,
+    AgentError,
+    Metadata,
+    bearer,
+    metric_values,
+    read_metrics,
+    request,
+    utc,
+)
+
+GAUGES = IN_FLIGHT
 COUNTERS = ("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total")
 
-DEFAULT_METADATA_URL = "http://metadata.google.internal"
 DEFAULT_COMPUTE_URL = "https://compute.googleapis.com/compute/v1"
 DEFAULT_LOGGING_URL = "https://logging.googleapis.com/v2"
-TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"  # noqa: S105 (a URL path)
-CREATED_BY_PATH = "/computeMetadata/v1/instance/attributes/created-by"
-PROJECT_ID_PATH = "/computeMetadata/v1/project/project-id"
-INSTANCE_ID_PATH = "/computeMetadata/v1/instance/id"
-INSTANCE_NAME_PATH = "/computeMetadata/v1/instance/name"
-ZONE_PATH = "/computeMetadata/v1/instance/zone"
-GUEST_ATTR_PATH = "/computeMetadata/v1/instance/guest-attributes/qwen36/idle"
+GUEST_ATTR_PATH = "instance/guest-attributes/qwen36/idle"
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 LOG_NAME = "qwen36-autostop"
 
@@ -65,24 +67,14 @@ DEFAULT_POLL_S = 15.0
 # The watcher's report of the last request is written at most this often: guest attributes take
 # about 10 writes a minute per VM, shared with the boot's reports (infra/boot_protocol.py).
 DEFAULT_REPORT_INTERVAL_S = 60.0
-HTTP_TIMEOUT_S = 10.0
 # A failed stop call is tried this many times, RETRY_PAUSE_S doubling between tries (10+20+40+80 s);
 # after that the window starts again and the next full idle window tries again.
 DEFAULT_STOP_ATTEMPTS = 5
 DEFAULT_RETRY_PAUSE_S = 10.0
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
-class WatchError(RuntimeError):
-    pass
-
-
-class NotInGroupError(WatchError):
+class NotInGroupError(AgentError):
     """The VM is not a managed instance: there is no group to resize."""
-
-
-def utc(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).strftime(TIME_FORMAT)  # noqa: UP017 (3.10 on the VM)
 
 
 def log(message: str) -> None:
@@ -97,16 +89,7 @@ class Sample:
 
 def parse_metrics(text: str) -> Sample:
     """The two gauges and two counters from llama-server's Prometheus text."""
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name, _, rest = line.partition(" ")
-        if name in GAUGES or name in COUNTERS:
-            values[name] = float(rest.split()[0])
-    missing = [name for name in (*GAUGES, *COUNTERS) if name not in values]
-    if missing:
-        raise WatchError(f"/metrics lacks {', '.join(missing)} (is llama-server started with --metrics?)")
+    values = metric_values(text, (*GAUGES, *COUNTERS))
     return Sample(busy=int(sum(values[g] for g in GAUGES)), counters=tuple(values[c] for c in COUNTERS))
 
 
@@ -124,70 +107,45 @@ class Group:
         takes either, and the id is what the deployer's tools and logs show."""
         parts = created_by.strip().split("/")
         if len(parts) != 6 or parts[0] != "projects" or parts[4] != "instanceGroupManagers":
-            raise WatchError(f"created-by {created_by!r} is not a managed instance group")
+            raise AgentError(f"created-by {created_by!r} is not a managed instance group")
         if parts[2] != "regions":
-            raise WatchError(f"created-by {created_by!r} is a zonal group; autostop resizes regional groups")
+            raise AgentError(f"created-by {created_by!r} is a zonal group; autostop resizes regional groups")
         return cls(project=project_id or parts[1], region=parts[3], name=parts[5])
 
     def path(self) -> str:
         return f"/projects/{self.project}/regions/{self.region}/instanceGroupManagers/{self.name}"
 
 
-class Http:
-    """Small JSON-over-HTTP helper (urllib): every request bounded by ``HTTP_TIMEOUT_S``."""
-
-    def request(
-        self, method: str, url: str, headers: dict[str, str] | None = None, body: bytes | None = None
-    ) -> tuple[int, bytes]:
-        req = urllib.request.Request(url, data=body, method=method, headers=headers or {})  # noqa: S310
-        try:
-            with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as resp:  # noqa: S310
-                return int(resp.status), resp.read()
-        except urllib.error.HTTPError as exc:
-            return int(exc.code), exc.read()
-
-
 class Cloud:
     """The VM's view of GCE: metadata server (identity, group, guest attributes), Compute, Logging."""
 
-    def __init__(self, http: Http, metadata_url: str, compute_url: str, logging_url: str) -> None:
-        self.http = http
-        self.metadata_url = metadata_url.rstrip("/")
+    def __init__(self, metadata: Metadata, compute_url: str, logging_url: str) -> None:
+        self.metadata = metadata
         self.compute_url = compute_url.rstrip("/")
         self.logging_url = logging_url.rstrip("/")
 
-    def metadata(self, path: str) -> str:
-        status, body = self.http.request("GET", self.metadata_url + path, {"Metadata-Flavor": "Google"})
-        if status == 404 and path == CREATED_BY_PATH:
+    def group(self) -> Group:
+        created_by = self.metadata.created_by()
+        if created_by is None:
             raise NotInGroupError("the metadata key created-by is not set")
-        if status != 200:
-            raise WatchError(f"metadata {path} answered {status}")
-        return body.decode()
-
-    def token(self) -> str:
-        # https://cloud.google.com/compute/docs/access/authenticate-workloads#applications
-        return str(json.loads(self.metadata(TOKEN_PATH))["access_token"])
+        return Group.parse(created_by, self.metadata.project_id())
 
     def put_guest_attribute(self, value: str) -> None:
         # NOTE: best effort; needs enable-guest-attributes=TRUE on the VM.
         # https://cloud.google.com/compute/docs/metadata/manage-guest-attributes
         try:
-            status, _ = self.http.request(
-                "PUT", self.metadata_url + GUEST_ATTR_PATH, {"Metadata-Flavor": "Google"}, value.encode()
-            )
-            if status != 200:
-                log(f"warning: guest attribute qwen36/idle not written ({status})")
-        except OSError as exc:
+            self.metadata.put(GUEST_ATTR_PATH, value)
+        except (OSError, AgentError) as exc:
             log(f"warning: guest attribute qwen36/idle not written ({exc})")
 
     def _auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token()}", "Content-Type": "application/json"}
+        return bearer(self.metadata.token())
 
     def group_target_size(self, group: Group) -> int:
         # https://cloud.google.com/compute/docs/reference/rest/v1/regionInstanceGroupManagers/get
-        status, body = self.http.request("GET", self.compute_url + group.path(), self._auth())
+        status, body = request("GET", self.compute_url + group.path(), self._auth())
         if status != 200:
-            raise WatchError(f"GET group answered {status}: {body[:200]!r}")
+            raise AgentError(f"GET group answered {status}: {body[:200]!r}")
         return int(json.loads(body).get("targetSize", 0))
 
     def resize_to_zero(self, group: Group, request_id: str) -> dict[str, object]:
@@ -195,37 +153,30 @@ class Cloud:
         # recognised as the same request rather than a second resize.
         query = urllib.parse.urlencode({"size": 0, "requestId": request_id})
         url = f"{self.compute_url}{group.path()}/resize?{query}"
-        status, body = self.http.request("POST", url, self._auth(), b"")
+        status, body = request("POST", url, self._auth(), b"")
         if status != 200:
-            raise WatchError(f"resize answered {status}: {body[:300]!r}")
+            raise AgentError(f"resize answered {status}: {body[:300]!r}")
         operation: dict[str, object] = json.loads(body)
         if operation.get("error"):
-            raise WatchError(f"resize operation {operation.get('name')} failed: {operation['error']}")
+            raise AgentError(f"resize operation {operation.get('name')} failed: {operation['error']}")
         return operation
 
     def write_log_entry(self, payload: dict[str, object], severity: str = "NOTICE") -> None:
         """One Cloud Logging entry (best effort): it outlives the deleted VM's journal."""
         # https://cloud.google.com/logging/docs/reference/v2/rest/v2/entries/write
         try:
-            project = self.metadata(PROJECT_ID_PATH)
-            labels = {
-                "instance_id": self.metadata(INSTANCE_ID_PATH),
-                "zone": self.metadata(ZONE_PATH).rsplit("/", 1)[-1],
-                "project_id": project,
-            }
+            labels = self.metadata.instance_labels()
             entry = {
-                "logName": f"projects/{project}/logs/{LOG_NAME}",
+                "logName": f"projects/{labels['project_id']}/logs/{LOG_NAME}",
                 "resource": {"type": "gce_instance", "labels": labels},
                 "severity": severity,
                 "jsonPayload": payload,
             }
             body = json.dumps({"entries": [entry]}).encode()
-            status, answer = self.http.request(
-                "POST", f"{self.logging_url}/entries:write", self._auth(), body
-            )
+            status, answer = request("POST", f"{self.logging_url}/entries:write", self._auth(), body)
             if status != 200:
                 log(f"warning: Cloud Logging entry not written ({status}: {answer[:200]!r})")
-        except (OSError, WatchError, ValueError, KeyError) as exc:
+        except (OSError, AgentError, ValueError, KeyError) as exc:
             log(f"warning: Cloud Logging entry not written ({exc})")
 
 
@@ -268,16 +219,9 @@ class Watcher:
 
     def read(self) -> Sample | None:
         """One /metrics sample, or None when the server does not answer it."""
-        headers = {}
-        if self.s.key_file is not None and self.s.key_file.exists():
-            # Read every poll: a rotated key takes effect without restarting the watcher.
-            headers["Authorization"] = f"Bearer {self.s.key_file.read_text().strip()}"
         try:
-            status, body = self.cloud.http.request("GET", self.s.metrics_url, headers)
-            if status != 200:
-                raise WatchError(f"/metrics answered {status}")
-            sample = parse_metrics(body.decode())
-        except (OSError, WatchError, ValueError) as exc:
+            sample = parse_metrics(read_metrics(self.s.metrics_url, self.s.key_file))
+        except (OSError, AgentError, ValueError) as exc:
             if self.answering is not False:
                 log(f"llama-server not answering /metrics ({exc}); not idle while it does not answer")
             self.answering = False
@@ -296,7 +240,7 @@ class Watcher:
 
     def run(self) -> int:
         """Watches until the group was resized to 0 (returns 0)."""
-        group = Group.parse(self.cloud.metadata(CREATED_BY_PATH), self.cloud.metadata(PROJECT_ID_PATH))
+        group = self.cloud.group()
         minutes = self.s.idle_s / 60
         log(f"watching {self.s.metrics_url} for group {group.name}; idle stop after {minutes:g} min")
         window_start = self.clock()
@@ -325,7 +269,7 @@ class Watcher:
         detail = f"idle {idle_s / 60:.1f} min, last request {self.last_request()}"
         try:
             size = self.cloud.group_target_size(group)
-        except (OSError, WatchError, ValueError) as exc:
+        except (OSError, AgentError, ValueError) as exc:
             log(f"idle ({detail}) but the group could not be read: {exc}; trying the resize anyway")
             size = None
         if size == 0:
@@ -342,7 +286,7 @@ class Watcher:
         for attempt in range(1, self.s.stop_attempts + 1):
             try:
                 operation = self.cloud.resize_to_zero(group, request_id)
-            except (OSError, WatchError, ValueError) as exc:
+            except (OSError, AgentError, ValueError) as exc:
                 log(f"stop attempt {attempt}/{self.s.stop_attempts} failed: {exc}")
                 if attempt < self.s.stop_attempts:
                     self.sleep(pause)
@@ -376,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-interval-seconds", type=float, default=DEFAULT_REPORT_INTERVAL_S)
     parser.add_argument("--stop-attempts", type=int, default=DEFAULT_STOP_ATTEMPTS)
     parser.add_argument("--retry-pause-seconds", type=float, default=DEFAULT_RETRY_PAUSE_S)
-    parser.add_argument("--metadata-url", default=DEFAULT_METADATA_URL)
+    parser.add_argument("--metadata-url", default=METADATA_URL)
     parser.add_argument("--compute-url", default=DEFAULT_COMPUTE_URL)
     parser.add_argument("--logging-url", default=DEFAULT_LOGGING_URL)
     parser.add_argument("--boot-id-file", type=Path, default=Path(BOOT_ID_FILE))
@@ -394,14 +338,14 @@ def main(argv: list[str] | None = None) -> int:
         retry_pause_s=args.retry_pause_seconds,
         boot_id_file=args.boot_id_file,
     )
-    cloud = Cloud(Http(), args.metadata_url, args.compute_url, args.logging_url)
+    cloud = Cloud(Metadata(args.metadata_url), args.compute_url, args.logging_url)
     try:
         return Watcher(settings, cloud).run()
     except NotInGroupError as exc:
         # Exit 0: systemd restarts only failures, and waiting will not put this VM in a group.
         log(f"idle stop is off: this VM is not in a managed instance group ({exc})")
         return 0
-    except (OSError, WatchError, ValueError) as exc:
+    except (OSError, AgentError, ValueError) as exc:
         # systemd restarts the unit (Restart=on-failure), e.g. after a metadata-server hiccup.
         log(f"error: {exc}")
         return 1

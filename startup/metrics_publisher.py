@@ -1,9 +1,10 @@
 """Publish this server's requests in flight to Cloud Monitoring, for the fleet's autoscaler.
 
-Runs on every fleet member (stdlib only; the boot script embeds it and starts it as a supervised
-systemd unit once llama-server is healthy). Every ``--interval`` seconds it reads llama-server's
-Prometheus ``/metrics`` (``llamacpp:requests_processing`` + ``llamacpp:requests_deferred``) and
-writes one point of a GAUGE custom metric on this VM's own ``gce_instance`` resource through
+Runs on every fleet member (stdlib only, and ``vm_agent.py`` installed next to it; the boot
+script embeds both and starts it as a supervised systemd unit once llama-server is healthy).
+Every ``--interval`` seconds it reads llama-server's Prometheus ``/metrics``
+(``llamacpp:requests_processing`` + ``llamacpp:requests_deferred``) and writes one point of a
+GAUGE custom metric on this VM's own ``gce_instance`` resource through
 ``projects.timeSeries.create``:
 https://cloud.google.com/monitoring/api/ref_v3/rest/v3/projects.timeSeries/create
 
@@ -29,19 +30,24 @@ import signal
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-METADATA_URL = "http://metadata.google.internal"
+from vm_agent import (
+    IN_FLIGHT,
+    METADATA_URL,
+    AgentError,
+    Metadata,
+    bearer,
+    metric_values,
+    read_metrics,
+    request,
+    utc,
+)
+
 MONITORING_URL = "https://monitoring.googleapis.com"
-METRIC_NAMES = ("llamacpp:requests_processing", "llamacpp:requests_deferred")
-HTTP_TIMEOUT_S = 10.0
 SCRAPE_TIMEOUT_S = 5.0
-# The token is refreshed this long before the metadata server says it expires.
-TOKEN_MARGIN_S = 60.0
 IDENTITY_ATTEMPTS = 5
 IDENTITY_PAUSE_S = 2.0
 # Cloud Monitoring rejects points on one series closer than 5 s apart.
@@ -50,65 +56,19 @@ MIN_INTERVAL_S = 5.0
 
 
 def log(message: str) -> None:
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: UP017 (runs on the VM's python3)
-    print(f"{stamp} metrics-publisher: {message}", file=sys.stderr, flush=True)
-
-
-def _get(url: str, headers: dict[str, str], timeout: float) -> bytes:
-    request = urllib.request.Request(url, headers=headers)  # noqa: S310 (URLs from our own arguments)
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-        return bytes(response.read())
-
-
-def metadata(base: str, path: str) -> str:
-    # https://cloud.google.com/compute/docs/metadata/querying-metadata
-    return _get(f"{base}/computeMetadata/v1/{path}", {"Metadata-Flavor": "Google"}, HTTP_TIMEOUT_S).decode()
-
-
-def identity(base: str) -> dict[str, str]:
-    """The gce_instance labels: project_id, instance_id and zone (the last part of instance/zone)."""
-    return {
-        "project_id": metadata(base, "project/project-id"),
-        "instance_id": metadata(base, "instance/id"),
-        "zone": metadata(base, "instance/zone").rsplit("/", 1)[-1],
-    }
-
-
-class Token:
-    """The VM service account's access token from the metadata server, cached until near expiry."""
-
-    def __init__(self, base: str) -> None:
-        self.base = base
-        self.value = ""
-        self.expires = 0.0
-
-    def get(self) -> str:
-        if time.monotonic() >= self.expires:
-            doc = json.loads(metadata(self.base, "instance/service-accounts/default/token"))
-            self.value = str(doc["access_token"])
-            self.expires = time.monotonic() + float(doc.get("expires_in", 0)) - TOKEN_MARGIN_S
-        return self.value
+    print(f"{utc(time.time())} metrics-publisher: {message}", file=sys.stderr, flush=True)
 
 
 def parse_in_flight(text: str) -> int | None:
     """requests_processing + requests_deferred from Prometheus text, or None if either is missing."""
-    found: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name, _, rest = line.partition(" ")
-        if name in METRIC_NAMES:
-            found[name] = float(rest.split()[0])
-    if set(found) != set(METRIC_NAMES):
+    try:
+        return round(sum(metric_values(text, IN_FLIGHT).values()))
+    except AgentError:
         return None
-    return round(sum(found.values()))
 
 
-def scrape(url: str, key_file: str | None) -> int | None:
-    headers = {}
-    if key_file:
-        headers["Authorization"] = f"Bearer {Path(key_file).read_text(encoding='utf-8').strip()}"
-    return parse_in_flight(_get(url, headers, SCRAPE_TIMEOUT_S).decode())
+def scrape(url: str, key_file: Path | None) -> int | None:
+    return parse_in_flight(read_metrics(url, key_file, SCRAPE_TIMEOUT_S))
 
 
 def time_series_body(metric_type: str, labels: dict[str, str], value: int, end: datetime) -> dict[str, Any]:
@@ -139,21 +99,18 @@ def time_series_body(metric_type: str, labels: dict[str, str], value: int, end: 
 
 
 def publish(monitoring: str, project: str, token: str, body: dict[str, Any]) -> None:
-    request = urllib.request.Request(  # noqa: S310
-        f"{monitoring}/v3/projects/{project}/timeSeries",
-        data=json.dumps(body).encode(),
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:  # noqa: S310
-        response.read()
+    url = f"{monitoring}/v3/projects/{project}/timeSeries"
+    status, answer = request("POST", url, bearer(token), json.dumps(body).encode())
+    if status != 200:
+        raise AgentError(f"timeSeries.create answered {status}: {answer[:300].decode(errors='replace')}")
 
 
-def read_identity(base: str, stop: threading.Event) -> dict[str, str] | None:
+def read_identity(metadata: Metadata, stop: threading.Event) -> dict[str, str] | None:
+    """The gce_instance labels, tried IDENTITY_ATTEMPTS times; None when stopped or out of tries."""
     for attempt in range(1, IDENTITY_ATTEMPTS + 1):
         try:
-            return identity(base)
-        except (OSError, ValueError) as exc:
+            return metadata.instance_labels()
+        except (OSError, AgentError, ValueError) as exc:
             log(f"cannot read this VM's identity from the metadata server (attempt {attempt}): {exc}")
             if stop.wait(IDENTITY_PAUSE_S):
                 return None
@@ -161,10 +118,10 @@ def read_identity(base: str, stop: threading.Event) -> dict[str, str] | None:
 
 
 def run(args: argparse.Namespace, stop: threading.Event) -> int:
-    labels = read_identity(args.metadata_url, stop)
+    metadata = Metadata(args.metadata_url)
+    labels = read_identity(metadata, stop)
     if labels is None:
         return 0 if stop.is_set() else 1
-    token = Token(args.metadata_url)
     deadline = time.monotonic() + args.max_runtime if args.max_runtime else None
     samples = 0
     log(f"publishing {args.metric_type} every {args.interval:g} s for instance {labels['instance_id']}")
@@ -172,7 +129,7 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         started = time.monotonic()
         try:
             value = scrape(args.metrics_url, args.key_file)
-        except (OSError, ValueError) as exc:
+        except (OSError, AgentError, ValueError) as exc:
             value = None
             log(f"scrape of {args.metrics_url} failed: {exc}")
         if value is None:
@@ -180,11 +137,10 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
         else:
             body = time_series_body(args.metric_type, labels, value, datetime.now(timezone.utc))  # noqa: UP017
             try:
-                publish(args.monitoring_url, labels["project_id"], token.get(), body)
+                publish(args.monitoring_url, labels["project_id"], metadata.token(), body)
                 samples += 1
-            except urllib.error.HTTPError as exc:
-                detail = exc.read()[:300].decode(errors="replace")
-                log(f"timeSeries.create answered {exc.code}: {detail}")
+            except AgentError as exc:
+                log(str(exc))
             except (OSError, ValueError, KeyError) as exc:
                 log(f"timeSeries.create failed: {exc}")
         if args.max_samples and samples >= args.max_samples:
@@ -202,7 +158,9 @@ def run(args: argparse.Namespace, stop: threading.Event) -> int:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--metrics-url", required=True, help="llama-server's /metrics URL")
-    parser.add_argument("--key-file", help="file holding the server's API key (sent as a bearer token)")
+    parser.add_argument(
+        "--key-file", type=Path, help="file holding the server's API key (sent as a bearer token)"
+    )
     parser.add_argument("--metric-type", required=True, help="custom.googleapis.com/... metric type")
     parser.add_argument("--interval", type=float, default=15.0, help="seconds between points (>= 5)")
     parser.add_argument("--metadata-url", default=METADATA_URL)

@@ -1,6 +1,7 @@
 """The metrics publisher inside the rendered boot script: embedded byte for byte for autoscaled
-fleets only, shellcheck clean, and started as a supervised systemd unit (systemctl and
-systemd-run stubbed: the sandbox has no systemd; everything else is the real rendered bash)."""
+fleets only, shellcheck clean, installed with vm_agent.py on a fresh VM and runnable from there, and
+started as a supervised systemd unit (systemctl and systemd-run stubbed: the sandbox has no
+systemd; everything else is the real rendered bash)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+import metrics_publisher
 import pytest
 
-from infra.boot_script import METRICS_PUBLISHER_PATH, PUBLISHER_HEREDOC_END, render_boot_script
+from infra.boot_script import METRICS_PUBLISHER_PATH, PUBLISHER_HEREDOC_END, VM_AGENT_PATH, render_boot_script
 from infra.config import StackConfig
 from infra.fleet_bounds import LOAD_METRIC_INTERVAL_S, LOAD_METRIC_TYPE
 
@@ -85,7 +87,6 @@ def run_start(tmp_path: Path, *, secret: str | None, unit_active: bool) -> tuple
         "QWEN36_STATE_DIR": str(tmp_path / "state"),
         "QWEN36_BIN_DIR": str(tmp_path / "bin"),
     }
-    (tmp_path / "bin").mkdir()
     result = subprocess.run(
         ["bash", "-c", f"source {tmp_path / 'boot.sh'}; start_metrics_publisher"],
         env=env, capture_output=True, text=True, timeout=60,
@@ -99,6 +100,12 @@ def test_start_is_a_supervised_unit(tmp_path: Path, unit_active: bool) -> None:
     calls, out = run_start(tmp_path, secret=SECRET, unit_active=unit_active)
     tool = tmp_path / "bin" / "metrics_publisher.py"
     assert tool.read_text() == METRICS_PUBLISHER_PATH.read_text()
+    assert (tmp_path / "bin" / "vm_agent.py").read_text() == VM_AGENT_PATH.read_text()
+    # The installed publisher imports vm_agent from its own directory, with no PYTHONPATH or site.
+    help_run = subprocess.run(
+        ["python3", "-E", "-s", "-S", str(tool), "--help"], capture_output=True, text=True, timeout=30
+    )
+    assert help_run.returncode == 0 and "--metric-type" in help_run.stdout, help_run.stderr
     runs = [c for c in calls if c.startswith("systemd-run ")]
     assert len(runs) == 1
     args = runs[0].split()
@@ -132,11 +139,6 @@ def test_publisher_refuses_intervals_below_monitorings_limit() -> None:
 
 
 def test_publisher_parses_llama_server_metrics() -> None:
-    sys.path.insert(0, str(METRICS_PUBLISHER_PATH.parent))
-    try:
-        import metrics_publisher
-    finally:
-        sys.path.pop(0)
     text = (
         "# HELP x\nllamacpp:requests_processing 2\nllamacpp:requests_deferred 3\n"
         "llamacpp:n_busy_slots_per_decode 1\n"

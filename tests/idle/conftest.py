@@ -113,8 +113,9 @@ def start_watcher(
     boot_id = tmp_path / "boot_id"
     boot_id.write_text("6b1c0f4e-4d55-4a3c-9f0e-0d1a2b3c4d5e\n")
     argv = [
-        # -I -S: no site-packages, no PYTHONPATH: the watcher runs on the standard library alone.
-        VM_PYTHON, "-I", "-S", str(WATCHER),
+        # -E -s -S: no PYTHONPATH, no site-packages: the watcher runs on the standard library and
+        # vm_agent.py from its own directory, as on the VM (-I would drop that directory too).
+        VM_PYTHON, "-E", "-s", "-S", str(WATCHER),
         "--metrics-url", metrics_url,
         "--idle-minutes", repr(idle_s / 60),
         "--poll-seconds", repr(poll_s),

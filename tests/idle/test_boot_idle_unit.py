@@ -1,6 +1,7 @@
 """The boot script's start_idle_watch, run from the real rendered script under bash with systemd-run
-and systemctl stubbed (the sandbox has no systemd): the embedded watcher lands byte for byte, the
-unit is started once with the right command line, and a running one is left alone."""
+and systemctl stubbed (the sandbox has no systemd): the embedded watcher and vm_agent.py land byte
+for byte and the watcher runs from there, the unit is started once with the right command line, and
+a running one is left alone."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from infra.boot_script import IDLE_WATCH_PATH, render_boot_script
+from infra.boot_script import IDLE_WATCH_PATH, VM_AGENT_PATH, render_boot_script
 from infra.config import StackConfig
 
 STUB = """#!/bin/bash
@@ -52,6 +53,14 @@ def test_started_once_with_the_watcher_and_the_key(tmp_path: Path) -> None:
     stdout, log, state = _run(tmp_path, StackConfig(idle_stop_minutes=45))
     tool = state / "bin" / "idle_watch.py"
     assert tool.read_bytes() == IDLE_WATCH_PATH.read_bytes()
+    assert (state / "bin" / "vm_agent.py").read_bytes() == VM_AGENT_PATH.read_bytes()
+    # The installed watcher imports vm_agent from its own directory, with no PYTHONPATH or site.
+    off = subprocess.run(
+        ["python3", "-E", "-s", "-S", str(tool), "--metrics-url", "http://127.0.0.1:9/metrics",
+         "--idle-minutes", "0"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert off.returncode == 0 and "idle stop is off" in off.stdout, off.stderr
     runs = [line for line in log if line.startswith("systemd-run ")]
     assert len(runs) == 1, log
     python = subprocess.run(

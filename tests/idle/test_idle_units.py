@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from vm_agent import AgentError
 
-from startup.idle_watch import Group, Sample, WatchError, parse_metrics
+from startup.idle_watch import Group, Sample, parse_metrics
 
 # The shape llama-server's /metrics answers (tools/server: Prometheus text with HELP/TYPE lines).
 TEXT = """# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
@@ -23,7 +24,7 @@ def test_metrics() -> None:
 
 
 def test_metrics_without_the_counters_are_an_error() -> None:
-    with pytest.raises(WatchError, match="lacks llamacpp:tokens_predicted_total"):
+    with pytest.raises(AgentError, match="lacks llamacpp:tokens_predicted_total"):
         parse_metrics(TEXT.replace("llamacpp:tokens_predicted_total 48\n", ""))
 
 
@@ -43,5 +44,5 @@ def test_created_by() -> None:
     ],
 )
 def test_created_by_that_is_not_a_regional_group(created_by: str) -> None:
-    with pytest.raises(WatchError):
+    with pytest.raises(AgentError):
         Group.parse(created_by)

@@ -27,6 +27,8 @@ class FakeMetadata:
     project_id: str = "acme-llm-test"
     instance_id: str = "5521896410023442211"
     zone: str = "projects/123456789012/zones/us-central1-b"
+    token_expires_in: int = 3599
+    reads: list[str] = field(default_factory=list)
     writes: list[tuple[str, str]] = field(default_factory=list)
     refused: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -44,7 +46,7 @@ def _metadata_handler(md: FakeMetadata) -> type[BaseHTTPRequestHandler]:
         "instance/zone": lambda: md.zone,
         # https://cloud.google.com/compute/docs/access/authenticate-workloads#applications
         "instance/service-accounts/default/token": lambda: json.dumps(
-            {"access_token": TOKEN, "expires_in": 3599, "token_type": "Bearer"}
+            {"access_token": TOKEN, "expires_in": md.token_expires_in, "token_type": "Bearer"}
         ),
     }
 
@@ -72,6 +74,8 @@ def _metadata_handler(md: FakeMetadata) -> type[BaseHTTPRequestHandler]:
             if not self._allowed():
                 return
             key = self.path.split("?")[0].removeprefix(base)
+            with md._lock:
+                md.reads.append(key)
             value = values[key]() if key in values else ""
             if value:
                 self._reply(200, value)
