@@ -26,7 +26,7 @@ from tests.harness.server import LlamaServer
 
 PUBLISHER = Path(__file__).resolve().parents[2] / "startup" / "metrics_publisher.py"
 SLOTS = 2
-CLIENTS = 3  # one more than the slots: two processing, one deferred
+CLIENTS = 4  # two more than the slots: two processing, two deferred
 INTERVAL_S = 5.0  # the smallest the publisher allows (Cloud Monitoring's limit per series)
 SETTLE_TIMEOUT_S = 30.0
 POST_TIMEOUT_S = 30.0
@@ -214,9 +214,10 @@ def test_publishes_requests_in_flight_under_real_load(server: Any) -> None:
     assert load.errors == [] and load.done > 0
     assert len(fake.posts) == 3, log
     under_load = [point(p.body) for p in fake.posts[:2]]
-    # Two processing and one deferred; a sample can land in the millisecond between one request's
-    # end and its client's next, so one fewer is possible, never more.
-    assert max(under_load) == CLIENTS and min(under_load) >= CLIENTS - 1, under_load
+    # Two processing and two deferred. A sample can land between one request's end and its client's
+    # next (long on a loaded machine), so one fewer is possible, never more; and never the slots
+    # alone: the deferred requests count.
+    assert all(SLOTS < n <= CLIENTS for n in under_load), under_load
     assert point(fake.posts[2].body) == 0
     validator = jsonschema.Draft202012Validator(CREATE_TIME_SERIES_REQUEST)
     ends = []
