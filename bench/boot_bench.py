@@ -209,7 +209,7 @@ def _boot_until_ready(sandbox: Sandbox, reboot_s: float, name: str) -> None:
 
 
 def _phases(phases: list[tuple[str, float]]) -> str:
-    return " + ".join(f"{name} {seconds:.0f}" for name, seconds in phases if seconds) or "-"
+    return " + ".join(f"{name} {seconds:g}" for name, seconds in phases if seconds) or "-"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,9 +14,10 @@ bench/boot_bench.py. Each value says where it comes from; none is measured on th
 | GCS -> pd-ssd      | 73   | the disk's write rate: 240 MiB/s + 0.48 MiB/s per GiB = 288 MiB/s on 100 GB; 22 GB / 288 MiB/s |
 |                    |      | https://cloud.google.com/compute/docs/disks/performance (matches the original's ~72 s) |
 | hub download       | 390  | original write-up, measured 300-480 s |
-| load from tmpfs    | 16   | measured on an H200: 5.1 GiB in 4.0 s from tmpfs (facts.md), scaled to 20.5 GiB |
-| load, warm cache   | 16   | a file written since boot is in the page cache: the same rate as tmpfs (3.0 s per 5.1 GiB |
-|                    |      | measured; tmpfs kept as the bound) |
+| load from tmpfs    | 6.5  | measured on an H200 host, start to /health 200 with the production flags: 1.3-1.5 s fixed |
+|                    |      | + 4.0-5.3 GiB/s, 5.4-6.5 s for 20.5 GiB (bench/gpu/RESULTS.md, the slower run kept) |
+| load, warm cache   | 6.5  | a file written since boot is in the page cache: the same rate as tmpfs (3.0 s per 5.1 GiB |
+|                    |      | measured against 4.0 s from tmpfs, facts.md; tmpfs kept as the bound) |
 | load, cold pd-ssd  | 73   | the disk's read rate, 288 MiB/s (the page cache is empty after a boot) |
 | post-serve sha256  | 40   | 22 GB at ~0.5 GB/s on one Cascade Lake core (no SHA extensions); off the critical path |
 | secret read        | 2    | one gcloud call (its Python start dominates) |
@@ -36,8 +37,8 @@ class Durations:
     gcs_ram: float = 13.0
     gcs_disk: float = 73.0
     hub: float = 390.0
-    load_ram: float = 16.0
-    load_disk_warm: float = 16.0
+    load_ram: float = 6.5
+    load_disk_warm: float = 6.5
     load_disk_cold: float = 73.0
     gcloud: float = 2.0
 
