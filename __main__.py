@@ -84,7 +84,7 @@ tooling = (
             depends_on=[apis, network],
         ),
     )
-    if cfg.build_tooling_image and found_image is None
+    if cfg.build_tooling_image and cfg.use_tooling_image and found_image is None
     else None
 )
 boot_image = choose_server_image(cfg, found_image, tooling)

@@ -132,8 +132,9 @@ def test_the_next_deployment_declares_the_same_baked_template_and_drops_the_rest
     assert version["instanceTemplate"].endswith("/qwen36-dev-20261130223000000000000001")
 
 
-def test_without_a_bake_the_stock_image_stays_and_nothing_moves() -> None:
-    d = deploy("dev", {"buildToolingImage": False}, tooling_image=False)
+@pytest.mark.parametrize("off", ["buildToolingImage", "useToolingImage"])
+def test_without_a_bake_the_stock_image_stays_and_nothing_moves(off: str) -> None:
+    d = deploy("dev", {off: False}, tooling_image=False)
     templates = _templates(d)
     assert list(templates) == ["server-template"]
     assert _boot_image(templates["server-template"]) == stock_image_url(CFG)
