@@ -1,5 +1,7 @@
 """qwen36-mtp-l4: Qwen3.6-35B-A3B with MTP on one spot L4. Wires the components; no logic here."""
 
+from dataclasses import replace
+
 import pulumi
 
 from infra.api_key import ApiKey, ApiKeyArgs
@@ -157,33 +159,24 @@ gate_url = (
     if cfg.public_endpoint and not cfg.fleet
     else None
 )
-gate = HealthGate(
-    "health",
-    HealthGateArgs(
-        project=project,
-        region=server.region,
-        group_name=server.group_name,
-        template_id=server.template_id,
-        startup_script_sha256=server.startup_script_sha256,
-        url=gate_url,
-        api_key=api_key.api_key if api_key else None,
-        timeout_minutes=cfg.health_timeout_minutes,
-        depends_on=[server.group],
-    ),
+gate_args = HealthGateArgs(
+    project=project,
+    region=server.region,
+    group_name=server.group_name,
+    template_id=server.template_id,
+    startup_script_sha256=server.startup_script_sha256,
+    url=gate_url,
+    api_key=api_key.api_key if api_key else None,
+    timeout_minutes=cfg.health_timeout_minutes,
+    depends_on=[server.group],
 )
+gate = HealthGate("health", gate_args)
 # The first deployment of a build: once the server serves and the bake is done, onto the baked image.
 switch = (
     ImageSwitch(
         "image-switch",
         ImageSwitchArgs(
-            project=project,
-            region=server.region,
-            group_name=server.group_name,
-            template=server.pending_template.self_link,
-            startup_script_sha256=server.startup_script_sha256,
-            url=gate_url,
-            api_key=api_key.api_key if api_key else None,
-            timeout_minutes=cfg.health_timeout_minutes,
+            gate=replace(gate_args, template_id=server.pending_template.self_link, depends_on=None),
             after=[gate.command],
         ),
     )

@@ -17,7 +17,7 @@ one. https://cloud.google.com/sdk/gcloud/reference/compute/instance-groups/manag
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pulumi
 from pulumi_command import local
@@ -46,15 +46,9 @@ def switch_command(*, project: str, region: str, group: str, template: str, time
 
 @dataclass
 class ImageSwitchArgs:
-    project: pulumi.Input[str]
-    region: pulumi.Input[str]
-    group_name: pulumi.Input[str]
-    template: pulumi.Input[str]
-    """The baked template's self link (``ServerGroup.pending_template``); resolves after the bake."""
-    startup_script_sha256: pulumi.Input[str]
-    url: pulumi.Input[str] | None
-    api_key: pulumi.Input[str] | None
-    timeout_minutes: int
+    gate: HealthGateArgs
+    """The health gate to run once the group has moved: its ``template_id`` is the baked template's
+    self link (``ServerGroup.pending_template``), which resolves only after the bake."""
     after: list[pulumi.Resource]
     """The first health gate: the server serves on the stock image before it is moved."""
 
@@ -67,15 +61,16 @@ class ImageSwitch(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ImageSwitchArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("qwen36:infra:ImageSwitch", name, None, opts)
+        gate = args.gate
         command = pulumi.Output.all(
-            project=args.project, region=args.region, group=args.group_name, template=args.template
+            project=gate.project, region=gate.region, group=gate.group_name, template=gate.template_id
         ).apply(
             lambda v: switch_command(
                 project=v["project"],
                 region=v["region"],
                 group=v["group"],
                 template=v["template"],
-                timeout_s=args.timeout_minutes * SECONDS_PER_MINUTE,
+                timeout_s=gate.timeout_minutes * SECONDS_PER_MINUTE,
             )
         )
         self.command = local.Command(
@@ -83,22 +78,12 @@ class ImageSwitch(pulumi.ComponentResource):
             create=command,
             # Only a new baked template moves the group again; nothing to undo on delete: the next
             # deployment declares the group on this template itself.
-            triggers=[args.template],
+            triggers=[gate.template_id],
             opts=pulumi.ResourceOptions(parent=self, depends_on=args.after),
         )
         self.gate = HealthGate(
             f"{name}-health",
-            HealthGateArgs(
-                project=args.project,
-                region=args.region,
-                group_name=args.group_name,
-                template_id=args.template,
-                startup_script_sha256=args.startup_script_sha256,
-                url=args.url,
-                api_key=args.api_key,
-                timeout_minutes=args.timeout_minutes,
-                depends_on=[self.command],
-            ),
+            replace(gate, depends_on=[self.command]),
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.ready = self.gate.ready
