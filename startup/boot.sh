@@ -86,6 +86,7 @@ MAIN_PID=$BASHPID
 CURRENT_PHASE=$PHASE_BOOT
 DEGRADED=0
 KEY_CHANGED=0
+EARLY_PIDS=() # the model and key jobs started beside a GPU reset (start_early_jobs)
 
 report() {
   # Terminal reports wait for room under the guest-attribute ration; steps are best effort. Once
@@ -231,14 +232,19 @@ ecc_reset() {
     log "GPU reset skipped: $holders process(es) hold $gpu; rebooting instead"
     return 1
   fi
+  # The model and the key need no GPU: they start now and run beside the reset, which a reboot
+  # would otherwise have to wait out. They are stopped again if the reboot comes after all.
+  start_early_jobs
   started=$SECONDS
   if ! nvsmi -r >/dev/null 2>&1; then
     log "GPU reset refused on $gpu after $((SECONDS - started)) s; rebooting instead"
+    stop_early_jobs
     return 1
   fi
   mode=$(gpu_query ecc.mode.current)
   if [[ $mode != Disabled ]]; then
     log "GPU reset took $((SECONDS - started)) s but ECC reads $mode; rebooting instead"
+    stop_early_jobs
     return 1
   fi
   report "$PHASE_ECC" "ECC disabled on $gpu by a GPU reset in $((SECONDS - started)) s, no reboot"
@@ -411,6 +417,24 @@ stop_job() {
   wait "$1" 2>/dev/null || true
 }
 
+start_early_jobs() {
+  # The model and key jobs of the first prepare_in_parallel, started ahead of it.
+  (JOB_PID=$BASHPID && prepare_model) &
+  EARLY_PIDS=($!)
+  (JOB_PID=$BASHPID && key_job) &
+  EARLY_PIDS+=($!)
+}
+
+stop_early_jobs() {
+  # Before a reboot: nothing half-done races the shutdown (tmpfs goes with it, and a partial disk
+  # file keeps gcloud's temporary name).
+  local pid
+  for pid in "${EARLY_PIDS[@]}"; do
+    stop_job "$pid"
+  done
+  EARLY_PIDS=()
+}
+
 prepare_in_parallel() {
   # The image pull (~170 s), the model fetch (~13 s from GCS into RAM, minutes from HuggingFace)
   # and the secret read share nothing, so the boot costs the longest of them, not their sum.
@@ -418,15 +442,18 @@ prepare_in_parallel() {
   # The first job to fail stops the others and everything they started (the download writes
   # progress): a boot that has failed does no more work, and its reason is the last report.
   local with_key=$1 pid first rc
-  local -a pids=()
+  local -a pids=("${EARLY_PIDS[@]}")
   (JOB_PID=$BASHPID && prepare_docker) &
   pids+=($!)
-  (JOB_PID=$BASHPID && prepare_model) &
-  pids+=($!)
-  if ((with_key)); then
-    (JOB_PID=$BASHPID && key_job) &
+  if ((${#EARLY_PIDS[@]} == 0)); then
+    (JOB_PID=$BASHPID && prepare_model) &
     pids+=($!)
+    if ((with_key)); then
+      (JOB_PID=$BASHPID && key_job) &
+      pids+=($!)
+    fi
   fi
+  EARLY_PIDS=()
   while ((${#pids[@]} > 0)); do
     rc=0
     first=""

@@ -125,25 +125,35 @@ def install_link(name: str) -> None:
 # ------------------------------------------------------------------------------------- nvidia-smi
 
 
-def nvidia_smi(argv: list[str]) -> int:
+def gpu_reset() -> int:
+    # A GPU reset applies a pending ECC change without a reboot, where the host allows it and no
+    # process holds the GPU. https://docs.nvidia.com/deploy/nvidia-smi/index.html
     with state() as host:
         gpu = host["gpu"]
         if not gpu["driver_loaded"]:
             return err(DRIVER_FAILED, 9)
-        if argv[:1] == ["-r"]:
-            # A GPU reset applies a pending ECC change without a reboot, where the host allows
-            # it and no process holds the GPU. https://docs.nvidia.com/deploy/nvidia-smi/index.html
-            if not gpu.get("reset_supported") or _gpu_holders(host):
-                return err(
-                    "Unable to reset GPU 00000000:00:03.0 because it's being used by some other process "
-                    "or it is not supported on this platform.",
-                    255,
-                )
-            # A refusal is immediate; a reset takes its time (tests/boot/durations.py).
-            time.sleep(delays().get("gpu_reset", 0))
-            gpu["ecc_current"] = gpu["ecc_pending"]
-            print("GPU 00000000:00:03.0 was successfully reset.\nAll done.")
-            return 0
+        if not gpu.get("reset_supported") or _gpu_holders(host):
+            return err(
+                "Unable to reset GPU 00000000:00:03.0 because it's being used by some other process "
+                "or it is not supported on this platform.",
+                255,
+            )
+    # A refusal is immediate; a reset takes its time (tests/boot/durations.py). It holds the GPU,
+    # not the machine: the host state stays unlocked meanwhile, so the jobs beside it go on.
+    time.sleep(delays().get("gpu_reset", 0))
+    with state() as host:
+        host["gpu"]["ecc_current"] = host["gpu"]["ecc_pending"]
+    print("GPU 00000000:00:03.0 was successfully reset.\nAll done.")
+    return 0
+
+
+def nvidia_smi(argv: list[str]) -> int:
+    if argv[:1] == ["-r"]:
+        return gpu_reset()
+    with state() as host:
+        gpu = host["gpu"]
+        if not gpu["driver_loaded"]:
+            return err(DRIVER_FAILED, 9)
         if any(a.startswith("--query-compute-apps=") for a in argv):
             for pid in _gpu_holders(host):
                 print(pid)

@@ -21,6 +21,9 @@ from tests.cache.hf_server import HfServer
 
 CHECKED = ".sha256-checked"
 
+# A GPU reset long enough that the jobs beside it are seen starting during it (real seconds).
+RESET_S = 3.0
+
 
 def served(sandbox: Sandbox) -> list[dict[str, Any]]:
     return [e for e in sandbox.loads() if e["event"] == "healthy"]
@@ -61,6 +64,9 @@ def test_new_vm_fetches_into_ram_serves_then_hashes_and_a_restart_fetches_again(
     assert first.rebooted and first.commands("reboot") == [[]]
     assert ["-r"] in first.commands("nvidia-smi"), "the reset is tried before the reboot"
     assert "GPU reset refused on GPU-0001" in first.log
+    # The model and key jobs started beside the reset are stopped before the reboot, not after.
+    assert "stopping the other parallel job" in first.log
+    assert first.calls[-1]["cmd"] == "reboot"
 
     second = sandbox.boot()
     assert_ready(sandbox, second)
@@ -88,7 +94,7 @@ def test_new_vm_fetches_into_ram_serves_then_hashes_and_a_restart_fetches_again(
 def test_new_host_where_the_gpu_reset_works_needs_no_reboot(
     make_sandbox: SandboxFactory, model: Model
 ) -> None:
-    sandbox = make_sandbox()
+    sandbox = make_sandbox(delays={"gpu_reset": RESET_S})
     sandbox.edit_host(lambda host: host["gpu"].update(reset_supported=True))
     result = sandbox.boot()
     assert_ready(sandbox, result)
@@ -97,6 +103,10 @@ def test_new_host_where_the_gpu_reset_works_needs_no_reboot(
     assert result.details("ecc")[0].startswith("ECC disabled on GPU-0001 by a GPU reset in ")
     assert served(sandbox)[-1]["ctx_size"] == 56320
     in_ram(sandbox, model)
+    # The fetch ran beside the reset: it started before the reset was over.
+    reset = next(c["t"] for c in result.calls if c["cmd"] == "nvidia-smi" and c["argv"] == ["-r"])
+    fetch = next(c["t"] for c in result.calls if c["cmd"] == "gcloud" and c["argv"][:2] == ["storage", "cp"])
+    assert fetch < reset + RESET_S
 
 
 def test_gpu_reset_is_not_tried_while_a_process_holds_the_gpu(make_sandbox: SandboxFactory) -> None:
