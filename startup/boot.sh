@@ -403,18 +403,34 @@ process_tree() {
 
 stop_job() {
   # stop_job PID: a parallel job and all it started (timeout gives its child a process group of
-  # its own, so the tree is walked, not the group signalled); SIGKILL after STOP_JOB_GRACE_S.
+  # its own, so the tree is walked, not the group signalled); SIGKILL for what outlives the polls.
   local -a tree
   read -r -a tree <<<"$(process_tree "$1")"
   log "stopping the other parallel job: processes ${tree[*]}"
   kill -TERM "${tree[@]}" 2>/dev/null || true
   local poll
   for ((poll = 0; poll < STOP_JOB_POLLS; poll++)); do
-    kill -0 "${tree[@]}" 2>/dev/null || break
+    any_running "${tree[@]}" || break
     nap "$STOP_JOB_POLL_S"
   done
-  kill -KILL "${tree[@]}" 2>/dev/null || true
+  if any_running "${tree[@]}"; then
+    log "processes ${tree[*]} outlived SIGTERM ($STOP_JOB_POLLS polls, $STOP_JOB_POLL_S s apart): SIGKILL"
+    kill -KILL "${tree[@]}" 2>/dev/null || true
+  fi
   wait "$1" 2>/dev/null || true
+}
+
+any_running() {
+  # any_running PID...: one of them runs. A process that has exited stays a zombie until its parent
+  # waits for it (the job's own subshell until stop_job's `wait`), and `kill -0` still reaches a
+  # zombie, so that test would keep the whole grace period on every stop; /proc/PID/stat says Z.
+  local pid line
+  for pid in "$@"; do
+    { read -r line <"/proc/$pid/stat"; } 2>/dev/null || continue
+    line=${line##*) }
+    [[ ${line%% *} == Z ]] || return 0
+  done
+  return 1
 }
 
 start_early_jobs() {

@@ -104,6 +104,7 @@ def test_a_failure_stops_the_download_and_stays_the_last_report(
         hub.release()
     assert result.rc == 1, result.log
     assert "stopping the other parallel job" in result.log
+    assert "outlived SIGTERM" not in result.log
     assert "fetched and verified" not in result.log
     last = result.writes[-1]
     assert last.agent.startswith("curl/"), f"a write after the failure report: {last}"
