@@ -71,28 +71,38 @@ class BootPath:
         """The phases this path waits on, in order (parallel branches: the longest one)."""
         phases: list[tuple[str, float]] = []
         fresh_gpu = self.restart in ("", "new-host")
-        if fresh_gpu:
-            if ours and self.reset_works:
-                phases.append(("GPU reset", d.gpu_reset))
-            else:
-                phases.append(("ECC reboot", d.reboot))
+        # Ours starts the model and key jobs beside a GPU reset; docker waits for the reset.
+        reset = d.gpu_reset if fresh_gpu and ours and self.reset_works else 0.0
+        if fresh_gpu and not reset:
+            phases.append(("ECC reboot", d.reboot))
         if self.restart == "":
             docker = 0.0 if self.baked else d.apt_docker + d.pull
             if self.cached:
                 model = ("GCS -> tmpfs", d.gcs_ram) if ours else ("GCS -> pd-ssd", d.gcs_disk)
             else:
                 model = ("hub -> tmpfs" if ours else "hub -> pd-ssd", d.hub)
-            if docker > model[1]:
-                phases.append(("docker install + pull (beside the model)", docker))
-            else:
-                phases.append(model)
+            phases += _longest([("GPU reset", reset), ("docker install + pull", docker)], [model])
             phases.append(("load (tmpfs)" if ours else "load (warm page cache)", d.load_ram))
         elif ours:
-            phases += [("GCS -> tmpfs", d.gcs_ram), ("load (tmpfs)", d.load_ram)]
+            phases += _longest([("GPU reset", reset)], [("GCS -> tmpfs", d.gcs_ram)])
+            phases.append(("load (tmpfs)", d.load_ram))
         else:
             phases.append(("load (cold pd-ssd)", d.load_disk_cold))
         phases.append(("first /health poll (every 5 s)", 0.0))
         return phases
+
+
+def _longest(*branches: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """Of parallel branches, the longest; named with the others beside it."""
+    ranked = sorted(
+        ([(name, s) for name, s in branch if s] for branch in branches), key=lambda b: -sum(s for _, s in b)
+    )
+    longest, others = ranked[0], [b for b in ranked[1:] if b]
+    if not others:
+        return longest
+    beside = ", ".join(" + ".join(name for name, _ in b) for b in others)
+    *head, (name, seconds) = longest
+    return [*head, (f"{name} (beside {beside})", seconds)]
 
 
 PATHS = [
