@@ -87,6 +87,7 @@ CURRENT_PHASE=$PHASE_BOOT
 DEGRADED=0
 KEY_CHANGED=0
 EARLY_PIDS=() # the model and key jobs started beside a GPU reset (start_early_jobs)
+GPU_NAME="" GPU_DRIVER="" GPU_UUID="" GPU_ECC="" # read_gpu
 
 report() {
   # Terminal reports wait for room under the guest-attribute ration; steps are best effort. Once
@@ -158,14 +159,33 @@ nvsmi() {
 gpu_query() {
   local value
   value=$(nvsmi --query-gpu="$1" --format=csv,noheader 2>/dev/null | head -n 1 || true)
+  trimmed "$value"
+}
+
+trimmed() {
+  local value=$1
   value=${value#"${value%%[![:space:]]*}"}
   echo "${value%"${value##*[![:space:]]}"}"
 }
 
+read_gpu() {
+  # read_gpu: GPU_NAME, GPU_DRIVER, GPU_UUID and GPU_ECC from one nvidia-smi; 1 when it fails (no
+  # GPU). One call, not one per field: each is a driver round trip on every boot's critical path.
+  local info name driver uuid ecc
+  info=$(nvsmi --query-gpu=name,driver_version,uuid,ecc.mode.current --format=csv,noheader 2>/dev/null | head -n 1) ||
+    return 1
+  [[ -n $info ]] || return 1
+  IFS=, read -r name driver uuid ecc <<<"$info"
+  GPU_NAME=$(trimmed "$name")
+  GPU_DRIVER=$(trimmed "$driver")
+  GPU_UUID=$(trimmed "$uuid")
+  GPU_ECC=$(trimmed "$ecc")
+}
+
 step_driver() {
   CURRENT_PHASE=$PHASE_DRIVER
-  if nvsmi >/dev/null 2>&1; then
-    report "$PHASE_DRIVER" "GPU visible: $(gpu_query name), driver $(gpu_query driver_version)"
+  if read_gpu; then
+    report "$PHASE_DRIVER" "GPU visible: $GPU_NAME, driver $GPU_DRIVER"
     return 0
   fi
   # A kernel upgrade on reboot can leave the prebuilt module behind; dkms rebuilds it for the
@@ -175,8 +195,8 @@ step_driver() {
   report "$PHASE_DRIVER" "nvidia-smi fails; reinstalling $package"
   apt_install "$DRIVER_INSTALL_TIMEOUT_S" "$package" || log "apt-get could not install $package"
   modprobe nvidia || log "modprobe nvidia failed"
-  if nvsmi >/dev/null 2>&1; then
-    report "$PHASE_DRIVER" "driver recovered with $package: $(gpu_query name)"
+  if read_gpu; then
+    report "$PHASE_DRIVER" "driver recovered with $package: $GPU_NAME"
     return 0
   fi
   fail "no GPU: nvidia-smi still fails after installing $package and loading the module"
@@ -184,11 +204,7 @@ step_driver() {
 
 step_ecc() {
   CURRENT_PHASE=$PHASE_ECC
-  local info mode gpu asked
-  # One nvidia-smi for both: each call costs a driver round trip on the critical path.
-  info=$(gpu_query uuid,ecc.mode.current)
-  gpu=${info%%,*}
-  mode=${info##*, }
+  local mode=$GPU_ECC gpu=$GPU_UUID asked
   if [[ $mode != Enabled ]]; then
     # The marker only guards the reboot it asked for; a later host starts afresh.
     if [[ -f $ECC_MARKER ]] && asked=$(sed -n 's/^epoch=//p' "$ECC_MARKER") && [[ -n $asked ]]; then

@@ -63,6 +63,8 @@ def test_new_vm_fetches_into_ram_serves_then_hashes_and_a_restart_fetches_again(
     first = sandbox.boot()
     assert first.rebooted and first.commands("reboot") == [[]]
     assert ["-r"] in first.commands("nvidia-smi"), "the reset is tried before the reboot"
+    smi = first.commands("nvidia-smi")
+    assert len(smi[: smi.index(["-e", "0"])]) == 1, f"one query before the ECC change: {smi}"
     assert "GPU reset refused on GPU-0001" in first.log
     # The model and key jobs started beside the reset are stopped before the reboot, not after.
     assert "stopping the other parallel job" in first.log
