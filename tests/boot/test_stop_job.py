@@ -43,16 +43,17 @@ def _functions() -> str:
     return script[: script.rindex('main "$@"')]
 
 
-def _run(tmp_path: Path, job: str, polls: int = GRACE_POLLS) -> tuple[float, str, list[int]]:
-    """Start ``job`` the way the script starts its jobs, stop it; (seconds, log, pids still alive)."""
+def _run(tmp_path: Path, *jobs: str, polls: int = GRACE_POLLS) -> tuple[float, str, list[int]]:
+    """Start ``jobs`` the way the script starts its jobs, stop them together; (seconds, log, pids
+    still alive)."""
+    starts = "".join(f"(JOB_PID=$BASHPID && {job}) &\njobs+=($!)\n" for job in jobs)
     snippet = f"""
 set +e
 TIME_SCALE=1 STOP_JOB_POLLS={polls} STOP_JOB_POLL_S={GRACE_POLL_S}
-(JOB_PID=$BASHPID && {job}) &
-job=$!
-sleep 0.3
-process_tree "$job" >tree
-stop_job "$job"
+jobs=()
+{starts}sleep 0.3
+for job in "${{jobs[@]}}"; do process_tree "$job"; done >tree
+stop_job "${{jobs[@]}}"
 """
     started = time.monotonic()
     result = subprocess.run(
@@ -78,9 +79,10 @@ def _state(pid: int) -> str:
 def test_a_job_that_ends_at_sigterm_is_not_waited_on_for_the_grace(tmp_path: Path) -> None:
     # Its child, orphaned, is a zombie until reaped: a liveness test that counts a zombie as running
     # waits out the whole grace (10 s in production) before the ECC reboot.
-    took, log, alive = _run(tmp_path, "sleep 300 & wait; echo never")
+    took, log, alive = _run(tmp_path, "sleep 300 & wait; echo never", "sleep 200 & wait")
     assert "stopping the other parallel job" in log, log
     assert "outlived SIGTERM" not in log, log
+    assert len(log.split("stopping the other parallel job: processes ")[1].split()) >= 4, log
     assert alive == []
     assert took < GRACE_POLLS * GRACE_POLL_S / 2, f"{took:.1f} s: the stop waited out the grace"
 
