@@ -444,9 +444,10 @@ stop_job() {
 }
 
 any_running() {
-  # any_running PID...: one of them runs. A process that has exited stays a zombie until its parent
-  # waits for it (the job's own subshell until stop_job's `wait`), and `kill -0` still reaches a
-  # zombie, so that test would keep the whole grace period on every stop; /proc/PID/stat says Z.
+  # any_running PID...: one of them runs. A job's child that outlives the job's subshell by a moment
+  # is orphaned and stays a zombie until a reaper waits for it (late or never where PID 1 does not
+  # reap), and `kill -0` still reaches a zombie, so that test would keep the whole grace period on
+  # every stop; /proc/PID/stat says Z.
   local pid line
   for pid in "$@"; do
     { read -r line <"/proc/$pid/stat"; } 2>/dev/null || continue
