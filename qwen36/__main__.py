@@ -13,7 +13,7 @@ import sys
 
 COMMANDS = (
     "qwen36.stage",
-    "qwen36.bench",
+    "qwen36.measure",
     "qwen36.wait_cmd",
     "qwen36.tunnel",
     "qwen36.wake",

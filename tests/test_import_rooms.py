@@ -1,5 +1,6 @@
 """Imports flow one way between the rooms: ``infra/`` (runs inside ``pulumi up``) never reaches into
 ``qwen36/`` (the user's CLI), ``tests/`` or ``bench/``; ``qwen36/`` never into ``tests/`` or ``bench/``;
+``startup/`` (the VM) into none of them;
 and no two modules of one package import each other."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ REPO = Path(__file__).resolve().parent.parent
 FORBIDDEN = {
     "infra": ("qwen36", "tests", "bench"),
     "qwen36": ("tests", "bench"),
+    "startup": ("infra", "qwen36", "tests", "bench"),
 }
 
 

@@ -41,7 +41,7 @@ build() {
 }
 build >"$OUT_DIR/build.log" 2>&1 &
 build_pid=$!
-python3 -m qwen36.synth_gguf --spec real --out "$F16" --dtype f16 >"$OUT_DIR/gen.log" 2>&1
+python3 -m tests.harness.synth_gguf --spec real --out "$F16" --dtype f16 >"$OUT_DIR/gen.log" 2>&1
 stamp "f16 written: $(du -h "$F16" | cut -f1)"
 wait "$build_pid" || { tail -40 "$OUT_DIR/build.log"; exit 1; }
 stamp "built"

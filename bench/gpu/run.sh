@@ -69,7 +69,7 @@ build_pid=$!
 gen_args=(--spec real --out "$F16" --dtype f16)
 [[ -n "${TRUNK_LAYERS:-}" ]] && gen_args+=(--trunk-layers "$TRUNK_LAYERS")
 if [[ ! -s "$F16" ]]; then
-    python3 -m qwen36.synth_gguf "${gen_args[@]}" >"$LOGS/gen.log" 2>&1 &
+    python3 -m tests.harness.synth_gguf "${gen_args[@]}" >"$LOGS/gen.log" 2>&1 &
     gen_pid=$!
 else
     gen_pid=

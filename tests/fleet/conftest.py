@@ -1,5 +1,5 @@
 """The bench tests' in-process CLI fixture, shared with the fleet's load test."""
 
-from tests.bench.conftest import cli
+from tests.measure.conftest import cli
 
 __all__ = ["cli"]

@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.bench.servers import CliRun, count_completions, serve, validate
 from tests.fleet.lb_standin import Group, compute_api, load_balancer, managed_instance
+from tests.measure.servers import CliRun, count_completions, serve, validate
 
 CLIENTS = 4
 REQUESTS = 24
@@ -101,9 +101,9 @@ def test_group_needs_its_region_and_project(cli: Callable[..., CliRun]) -> None:
 
 
 def test_fleet_report_without_a_server() -> None:
-    from qwen36.bench import report
-    from qwen36.bench.fleet_size import ServerCount
-    from qwen36.bench.load import LoadResult, ServerSample
+    from qwen36.measure import report
+    from qwen36.measure.fleet_size import ServerCount
+    from qwen36.measure.load import LoadResult, ServerSample
 
     result = LoadResult(
         url="http://203.0.113.10", clients=2, max_tokens=8, duration_limit_s=None, request_limit=2, fleet=True

@@ -19,10 +19,10 @@ import jsonschema
 import pytest
 
 from infra.fleet_bounds import LOAD_METRIC_TYPE
-from tests.bench.servers import TEST_KEY, serve
 from tests.fleet import monitoring_fake
 from tests.fleet.monitoring_fake import GoogleFake, google_fake
 from tests.harness.server import LlamaServer
+from tests.measure.servers import TEST_KEY, serve
 
 PUBLISHER = Path(__file__).resolve().parents[2] / "startup" / "metrics_publisher.py"
 SLOTS = 2

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from qwen36.synth_gguf import write_tiny_mtp_gguf
 from tests.harness.llama_build import cache_dir, file_lock
+from tests.harness.synth_gguf import write_tiny_mtp_gguf
 
 GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
 

@@ -2,7 +2,7 @@
 
 The argument list is taken from the rendered startup script itself, with only what the VM's
 container would differ in swapped: the model and key file paths, loopback host and a free port.
-The model is the tiny random-weight ``qwen35moe`` with an MTP head (``qwen36/synth_gguf.py``).
+The model is the tiny random-weight ``qwen35moe`` with an MTP head (``tests/harness/synth_gguf.py``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from qwen36.synth_gguf import REAL_WIDTH, TINY, build_vocab, tensor_plan, write_qwen35moe_gguf
+from tests.harness.synth_gguf import REAL_WIDTH, TINY, build_vocab, tensor_plan, write_qwen35moe_gguf
 
 # Qwen3.6-35B-A3B at 8 trunk layers + MTP, F16 (the GPU measurement's figure): ~17 GB.
 REAL_WIDTH_F16_BYTES = 17.19e9

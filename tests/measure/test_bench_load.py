@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.bench.servers import TEST_KEY, CliRun, count_completions, serve, validate
+from tests.measure.servers import TEST_KEY, CliRun, count_completions, serve, validate
 
 SLOTS = 4
 REQUESTS = 12

@@ -12,7 +12,7 @@ reported next to it, with the slowest workload: a mean of rates weighs a short, 
 much as a long one, and on a server with a noisy neighbour it ran 5-6.5 % above ``/metrics``.
 Per-request ``timings`` were seen to count one token fewer than ``/metrics`` (issue 15), which
 would put the two about 1/predicted_n apart; the pinned b11434 build counted the same tokens both
-ways in tests/bench/test_bench_server.py.
+ways in tests/measure/test_bench_server.py.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from qwen36.bench.client import Client, Completion, EndpointError
-from qwen36.bench.defaults import DEFAULT_MAX_TOKENS, DEFAULT_REPS
-from qwen36.bench.workloads import MAX_REPS, WARMUP_PROMPT, Workload
+from qwen36.measure.client import Client, Completion, EndpointError
+from qwen36.measure.defaults import DEFAULT_MAX_TOKENS, DEFAULT_REPS
+from qwen36.measure.workloads import MAX_REPS, WARMUP_PROMPT, Workload
 
 WARMUP_MAX_TOKENS = 16
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from qwen36.bench.bench import run_bench
-from qwen36.bench.client import Client
-from qwen36.bench.workloads import WORKLOAD_NAMES, WORKLOADS
-from tests.bench.servers import TEST_KEY, CliRun, count_completions, serve, validate
+from qwen36.measure.bench import run_bench
+from qwen36.measure.client import Client
+from qwen36.measure.workloads import WORKLOAD_NAMES, WORKLOADS
 from tests.harness.server import free_port
+from tests.measure.servers import TEST_KEY, CliRun, count_completions, serve, validate
 
 # Short runs: the figures only show the tool works (reps 1, few tokens, two cores).
 QUICK = ("--reps", "1", "--max-tokens", "16")

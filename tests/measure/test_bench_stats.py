@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from qwen36.bench.bench import BenchResult, WorkloadResult
-from qwen36.bench.client import Completion, parse_completion
-from qwen36.bench.load import percentile
-from qwen36.bench.report import bench_json
+from qwen36.measure.bench import BenchResult, WorkloadResult
+from qwen36.measure.client import Completion, parse_completion
+from qwen36.measure.load import percentile
+from qwen36.measure.report import bench_json
 
 
 @given(

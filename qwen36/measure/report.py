@@ -1,7 +1,7 @@
 """Rendering of bench, load and tune results: rich tables, JSON documents, Markdown, a PNG chart.
 
 The JSON documents are described by the JSON Schema files next to this module
-(``bench.schema.json``, ``load.schema.json``, ``tune.schema.json``); ``tests/bench`` validates
+(``bench.schema.json``, ``load.schema.json``, ``tune.schema.json``); ``tests/measure`` validates
 real output against them.
 """
 
@@ -14,10 +14,10 @@ from rich.console import Console
 from rich.table import Table
 
 from infra.config import config_key
-from qwen36.bench.bench import BenchResult
-from qwen36.bench.client import EndpointError
-from qwen36.bench.load import LoadResult, fleet_json, percentile, summary
-from qwen36.bench.tune import TuneResult
+from qwen36.measure.bench import BenchResult
+from qwen36.measure.client import EndpointError
+from qwen36.measure.load import LoadResult, fleet_json, percentile, summary
+from qwen36.measure.tune import TuneResult
 
 SCHEMA_DIR = Path(__file__).parent
 BENCH_SCHEMA_ID = "qwen36-bench/1"

@@ -32,7 +32,7 @@ WEIGHT_STD = 0.02
 # In agree mode the favoured token's logit is this times sqrt(n_embd): softmax ~1, so a draft
 # passes any --spec-draft-p-min.
 AGREE_LOGIT_SCALE = 50.0
-AGREE_TOKEN = "a"  # noqa: S105 (a vocabulary token, not a secret)
+AGREE_TOKEN = "a"
 
 Init = Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]
 
@@ -368,7 +368,9 @@ def write_tiny_mtp_gguf(path: Path | str, seed: int = 0, agree: bool = False) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qwen36.synth_gguf", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.harness.synth_gguf", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--spec", choices=sorted(SPECS), default="tiny")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--agree", action="store_true", help="trunk and MTP head agree: every draft accepted")

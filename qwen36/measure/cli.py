@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qwen36.bench.defaults import (
+from qwen36.measure.defaults import (
     DEFAULT_CLIENTS,
     DEFAULT_CTX_MAX,
     DEFAULT_CTX_MIN,
@@ -30,15 +30,15 @@ from qwen36.bench.defaults import (
     DEFAULT_SERVERS_POLL_S,
     DEFAULT_TUNE_REPS,
 )
-from qwen36.bench.endpoint import API_KEY_ENV, URL_ENV
-from qwen36.bench.workloads import MAX_REPS, WORKLOAD_NAMES
+from qwen36.measure.endpoint import API_KEY_ENV, URL_ENV
+from qwen36.measure.workloads import MAX_REPS, WORKLOAD_NAMES
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from infra.config import StackConfig
-    from qwen36.bench.launcher import Launcher
-    from qwen36.bench.tune import TuneResult
+    from qwen36.measure.launcher import Launcher
+    from qwen36.measure.tune import TuneResult
 
 SWEEPS = ("n-max", "p-min", "parallel", "ctx", "fusion")
 # fusion (GGML_CUDA_DISABLE_FUSION) matters on CUDA only: asked for by name, not part of the default.
@@ -231,11 +231,11 @@ def register(subparsers: Any) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from qwen36.bench import report
-    from qwen36.bench.bench import run_bench
-    from qwen36.bench.client import Client
-    from qwen36.bench.endpoint import EndpointConfigError, resolve
-    from qwen36.bench.workloads import select
+    from qwen36.measure import report
+    from qwen36.measure.bench import run_bench
+    from qwen36.measure.client import Client
+    from qwen36.measure.endpoint import EndpointConfigError, resolve
+    from qwen36.measure.workloads import select
 
     try:
         workloads = select(args.workloads)
@@ -266,9 +266,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    from qwen36.bench import report
-    from qwen36.bench.endpoint import EndpointConfigError, resolve
-    from qwen36.bench.load import run_load
+    from qwen36.measure import report
+    from qwen36.measure.endpoint import EndpointConfigError, resolve
+    from qwen36.measure.load import run_load
 
     if args.requests is None and args.duration is None:
         return _fail("bound the run with --requests N, --duration SECONDS, or both")
@@ -280,7 +280,7 @@ def cmd_load(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     servers = None
     if args.group:
-        from qwen36.bench.fleet_size import GroupSize
+        from qwen36.measure.fleet_size import GroupSize
 
         credentials = None
         if args.anonymous:
@@ -342,7 +342,7 @@ def base_config(config_file: Path | None, overrides: list[str]) -> StackConfig:
 
 
 def make_launcher(args: argparse.Namespace) -> Launcher:
-    from qwen36.bench.launcher import VM_API_KEY_FILE, VM_MODEL_DIR, DockerLauncher, LocalLauncher
+    from qwen36.measure.launcher import VM_API_KEY_FILE, VM_MODEL_DIR, DockerLauncher, LocalLauncher
 
     if args.launcher == "local":
         if args.model is None:
@@ -361,8 +361,8 @@ def make_launcher(args: argparse.Namespace) -> Launcher:
 def run_tune(
     args: argparse.Namespace, launcher: Launcher, base: StackConfig, say: Callable[[str], None]
 ) -> TuneResult:
-    from qwen36.bench.tune import TuneResult, search_ctx, sweep_draft, sweep_fusion, sweep_parallel
-    from qwen36.bench.workloads import select
+    from qwen36.measure.tune import TuneResult, search_ctx, sweep_draft, sweep_fusion, sweep_parallel
+    from qwen36.measure.workloads import select
 
     sweeps = args.sweep or list(DEFAULT_SWEEPS)
     workloads = select(args.workloads)
@@ -419,8 +419,8 @@ def run_tune(
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from infra.config import ConfigError
-    from qwen36.bench import report
-    from qwen36.bench.workloads import select
+    from qwen36.measure import report
+    from qwen36.measure.workloads import select
 
     try:
         base = base_config(args.config, args.set)

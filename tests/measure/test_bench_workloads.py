@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qwen36.bench.workloads import MAX_REPS, WARMUP_PROMPT, WORKLOAD_NAMES, WORKLOADS, all_prompts, select
+from qwen36.measure.workloads import MAX_REPS, WARMUP_PROMPT, WORKLOAD_NAMES, WORKLOADS, all_prompts, select
 
 # Long enough to cover the opening words (the part a prompt cache would reuse).
 PREFIX_CHARS = 12

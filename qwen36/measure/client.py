@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from qwen36.bench.defaults import DEFAULT_REQUEST_TIMEOUT_S
+from qwen36.measure.defaults import DEFAULT_REQUEST_TIMEOUT_S
 
 HEALTH_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.config import ConfigError, StackConfig, config_key, parse_config
-from qwen36.bench.bench import run_bench
-from qwen36.bench.client import Client, EndpointError
-from qwen36.bench.launcher import Launcher, LaunchError, last_lines
-from qwen36.bench.load import run_load
-from qwen36.bench.workloads import Workload
+from qwen36.measure.bench import run_bench
+from qwen36.measure.client import Client, EndpointError
+from qwen36.measure.launcher import Launcher, LaunchError, last_lines
+from qwen36.measure.load import run_load
+from qwen36.measure.workloads import Workload
 
 FILL_GEN_TOKENS = 8
 # Room left in a filled slot for the generated tokens and the MTP drafts verified past them.

@@ -11,9 +11,9 @@ import pytest
 from infra.config import ConfigError
 from infra.llama_cpp import server_image
 from infra.server_args import CONTAINER_API_KEY_FILE, container_model_path, server_args
-from qwen36.bench.cli import base_config
-from qwen36.bench.launcher import DockerLauncher, LaunchError
-from tests.bench.servers import ONE_ARENA, CliRun, make_config, min_address_space, survives_under, validate
+from qwen36.measure.cli import base_config
+from qwen36.measure.launcher import DockerLauncher, LaunchError
+from tests.measure.servers import ONE_ARENA, CliRun, make_config, min_address_space, survives_under, validate
 
 # The stack config tune starts from: test threads, a small context (degraded ctx must stay below it).
 TEST_SETTINGS = ("--set", "threads=2", "--set", "ctxSize=2048", "--set", "degradedCtxSize=1024")

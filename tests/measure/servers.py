@@ -15,7 +15,7 @@ import jsonschema
 
 from infra.config import StackConfig
 from infra.server_args import server_args
-from qwen36.bench.report import SCHEMA_DIR
+from qwen36.measure.report import SCHEMA_DIR
 from tests.harness.server import LlamaServer, LlamaServerError
 
 # Two threads: the CI machine has two cores (the production default would be 8).

@@ -11,7 +11,7 @@ Against a fleet (``fleet=True``: the URL is the load balancer) one member's deat
 of the run: the balancer sends later requests to the others, so only a refused key stops it. The
 balancer answers a request that its member dropped with 502 (or 504 when the member went silent)
 and does not retry it; those count as ``member_failed``. With a ``servers`` counter (the Compute
-API's view of the group, :mod:`qwen36.bench.fleet_size`) the run also records how many servers
+API's view of the group, :mod:`qwen36.measure.fleet_size`) the run also records how many servers
 there were over time.
 """
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from qwen36.bench.client import (
+from qwen36.measure.client import (
     CONNECT_TIMEOUT_S,
     SERVER_DIED,
     UNAUTHORIZED,
@@ -41,14 +41,14 @@ from qwen36.bench.client import (
     status_error,
     transport_error,
 )
-from qwen36.bench.defaults import (
+from qwen36.measure.defaults import (
     DEFAULT_CLIENTS,
     DEFAULT_LOAD_MAX_TOKENS,
     DEFAULT_REQUEST_TIMEOUT_S,
     DEFAULT_SERVERS_POLL_S,
 )
-from qwen36.bench.fleet_size import ServerCount
-from qwen36.bench.workloads import all_prompts
+from qwen36.measure.fleet_size import ServerCount
+from qwen36.measure.workloads import all_prompts
 
 STOP_KINDS = frozenset({SERVER_DIED, UNREACHABLE, UNAUTHORIZED})
 FLEET_STOP_KINDS = frozenset({UNAUTHORIZED})

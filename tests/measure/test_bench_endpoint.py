@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from qwen36.bench.client import normalize_url
-from qwen36.bench.endpoint import EndpointConfigError, resolve
+from qwen36.measure.client import normalize_url
+from qwen36.measure.endpoint import EndpointConfigError, resolve
 
 
 def _fake_pulumi(bin_dir: Path, outputs: dict[str, str], rc: int = 0) -> None:

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from qwen36.bench import register
-from tests.bench.servers import CliRun
+from qwen36.measure import register
+from tests.measure.servers import CliRun
 
 
 @pytest.fixture
