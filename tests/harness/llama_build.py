@@ -62,8 +62,9 @@ BUILD_JOBS = os.environ.get("LLAMA_CPP_BUILD_JOBS", "2")
 # Replaced, not extended, by CMAKE_ARGS. Only the targets above are built, so these only keep
 # llama.cpp's tests and examples out of the configure step.
 DEFAULT_CMAKE_ARGS = "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
-# What the sdist's own setup.py adds on Linux: the binary finds its libraries beside itself.
-RPATH_ARGS = (
+# A release build, and what the sdist's own setup.py adds on Linux: the binary finds its libraries
+# beside itself.
+FIXED_ARGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DCMAKE_INSTALL_RPATH=$ORIGIN",
     "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
@@ -306,7 +307,7 @@ def _compile(r: Recipe, work: Path) -> Path:
     out = work / "build"
     cmake = _tool("cmake")
     _run(
-        [cmake, "-S", str(source), "-B", str(out), *r.cmake_args, *RPATH_ARGS, *UI_ARGS[r.ui]],
+        [cmake, "-S", str(source), "-B", str(out), *r.cmake_args, *FIXED_ARGS, *UI_ARGS[r.ui]],
         timeout=CONFIGURE_TIMEOUT_S,
     )
     what = "llama-server with the web UI" if r.ui else "llama-server"
