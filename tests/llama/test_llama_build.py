@@ -218,6 +218,19 @@ def test_a_failed_build_publishes_nothing_and_the_next_call_tries_again(
     assert llama_build.llama_server_binary().is_file()
 
 
+def test_a_killed_build_leaves_a_work_directory_the_next_build_removes(
+    cache: Path, compiler: FakeCompiler
+) -> None:
+    dirname = llama_build.recipe(ui=True).dirname
+    dead = cache / f"{dirname}.k1ll3d"
+    (dead / "src").mkdir(parents=True)
+    other = cache / "llama-server-b11434-0123456789abcdef.x"  # another recipe's build, maybe running
+    other.mkdir()
+    llama_build.llama_server_binary()
+    assert not dead.exists() and other.is_dir()
+    assert sorted(p.name for p in cache.iterdir()) == sorted([dirname, f"{dirname}.lock", other.name])
+
+
 def test_a_binary_that_does_not_run_is_not_published(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeCompiler()
 
