@@ -50,11 +50,11 @@ def group_condition(region: str, group_name: str) -> str:
 
 
 def wake_command(stack: str) -> str:
-    return f"python -m qwen36 wake --stack {shlex.quote(stack)}"
+    return f"qwen36 wake --stack {shlex.quote(stack)}"
 
 
 def status_command(stack: str) -> str:
-    return f"python -m qwen36 status --stack {shlex.quote(stack)}"
+    return f"qwen36 status --stack {shlex.quote(stack)}"
 
 
 def autostop_output(

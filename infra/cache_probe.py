@@ -22,7 +22,7 @@ COLD_START_HF = "~10 min"
 COLD_START_UNKNOWN = f"{COLD_START_GCS} if the model is staged, else {COLD_START_HF}"
 # A preview must not hang on the storage API: one bounded attempt.
 PROBE_TIMEOUT_S = 15.0
-STAGE_HINT = "run `python -m qwen36 stage` to stage it, or let the VM self-stage it after its first boot"
+STAGE_HINT = "run `qwen36 stage` to stage it, or let the VM self-stage it after its first boot"
 
 CachePath = Literal["gcs", "huggingface", "unknown"]
 

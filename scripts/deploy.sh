@@ -42,4 +42,6 @@ if ! pulumi config get gcp:project >/dev/null 2>&1; then
   log "using gcloud's project $project (pulumi config set gcp:project ... to change)"
   pulumi config set gcp:project "$project"
 fi
+# The `qwen36` command the outputs print (tunnel, wake, status...), on PATH from any shell.
+scripts/install_cli.sh
 exec pulumi up --yes "$@"

@@ -68,7 +68,7 @@ def test_plain_outputs_keys_are_the_exported_keys() -> None:
 def test_without_a_static_ip_an_open_range_still_points_at_the_tunnel() -> None:
     outputs = plain_outputs(cfg_for(sourceRanges=["198.51.100.7/32"]), place_for(static_ip=None))
     assert outputs["webUiUrl"] == "http://localhost:8080/"
-    assert "python -m qwen36 tunnel" in outputs["access"]
+    assert "`qwen36 tunnel " in outputs["access"]
 
 
 def test_model_object_name_keeps_the_repo_path() -> None:
