@@ -25,7 +25,6 @@ import pytest
 from openai import OpenAI
 
 from infra.config import StackConfig
-from infra.server_args import PORT
 from tests.client.conftest import API_KEY, WRONG_KEY
 from tests.harness.server import LlamaServer
 
@@ -89,7 +88,7 @@ def readme_snippet() -> str:
 def run_snippet(snippet: str, srv: LlamaServer) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
-        "OPENAI_BASE_URL": f"{srv.base_url}/v1",  # the tunnel's localhost:8080, here a free port
+        "OPENAI_BASE_URL": f"{srv.base_url}/v1",  # what apiBaseUrl names, here a free local port
         "OPENAI_API_KEY": API_KEY,
     }
     return subprocess.run(
@@ -118,8 +117,9 @@ def test_readme_client_snippet_runs_word_for_word(
     arrive as ``content``.
     """
     snippet = readme_snippet()
-    exports = dict(re.findall(r"^export (OPENAI_\w+)=(\S+)", "".join(readme_blocks("bash")), re.M))
-    assert exports.get("OPENAI_BASE_URL") == f"http://localhost:{PORT}/v1", exports
+    exports = dict(re.findall(r"^export (OPENAI_\w+)=(.+)$", "".join(readme_blocks("bash")), re.M))
+    # The endpoint the stack serves: the tunnel's or the front door's (here a local server's port).
+    assert exports.get("OPENAI_BASE_URL") == "$(pulumi stack output apiBaseUrl)", exports
     assert "OPENAI_API_KEY" in exports, exports
     assert f'model="{ALIAS}"' in snippet, "the snippet must name the default alias"
     (no_thinking,) = re.findall(r"`(extra_body=\{.*?\})`", readme_section(CLIENT_SECTION))
