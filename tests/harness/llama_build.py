@@ -14,11 +14,12 @@ paths open (``frontend_paths`` in tools/server/server-http.cpp).
 A build lives in ``<cache>/llama-server-b<build>-<key>/`` (``QWEN36_CACHE``, else
 ``~/.cache/qwen36-mtp-l4``), where the key hashes the :class:`Recipe`: the build number and the
 sdist's sha256, whether the UI is embedded, the patches applied (by content), the CMake arguments,
-targets and compiler flags, and the toolchain that compiles them (the C and C++ compilers, CMake,
-and node and npm for the UI). A change to any of them is a new key and so a new build; nothing else
-is. The directory appears, by one rename, only once its binary has run, so a half-built or failed
-build is never found. ``python -m tests.harness.llama_build [--ui]`` provides it upfront (CI) and
-prints the path; the first run on a machine pays the compile (the llama-server target only).
+targets and compiler flags, the toolchain that compiles them (the C and C++ compilers, CMake, and
+node and npm for the UI), and the CPU it is built for (llama.cpp compiles with -march=native). A
+change to any of them is a new key and so a new build; nothing else is. The directory appears, by
+one rename, only once its binary has run, so a half-built or failed build is never found.
+``python -m tests.harness.llama_build [--ui]`` provides it upfront (CI) and prints the path; the
+first run on a machine pays the compile (the llama-server target only).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import functools
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -119,6 +121,9 @@ class Recipe:
     targets: tuple[str, ...]
     flags: tuple[tuple[str, str], ...]  # FLAG_ENV values that are set
     toolchain: tuple[str, ...]  # the first line of each tool's --version
+    # llama.cpp builds for the building CPU (GGML_NATIVE: -march=native), so a binary built on one
+    # CPU may not run on another: the CPU's model and instruction-set flags are an input too.
+    host: str = ""
     version: int = RECIPE_VERSION
 
     def key(self) -> str:
@@ -174,6 +179,22 @@ def _versions(ui: bool, cc: str, cxx: str) -> tuple[str, ...]:
     return tuple(tools)
 
 
+@functools.cache
+def host_cpu() -> str:
+    """The CPU the build targets: its architecture, model name and a hash of its feature flags."""
+    model, flags = "", ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == "model name" and not model:
+                model = value.strip()
+            elif name.strip() == "flags" and not flags:
+                flags = " ".join(sorted(value.split()))
+    except OSError:
+        pass
+    return f"{platform.machine()} {model} flags:{hashlib.sha256(flags.encode()).hexdigest()[:12]}"
+
+
 def npm_available() -> bool:
     return shutil.which("npm") is not None and shutil.which("node") is not None
 
@@ -195,6 +216,7 @@ def recipe(build: int = LLAMA_CPP_BUILD, *, ui: bool) -> Recipe:
         targets=TARGETS,
         flags=tuple((k, os.environ[k]) for k in FLAG_ENV if os.environ.get(k)),
         toolchain=_toolchain(ui),
+        host=host_cpu(),
     )
 
 

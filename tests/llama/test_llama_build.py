@@ -60,6 +60,7 @@ def cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(llama_build, "_toolchain", lambda ui: TOOLCHAIN + (UI_TOOLS if ui else ()))
     monkeypatch.setattr(llama_build, "npm_available", lambda: True)
+    monkeypatch.setattr(llama_build, "host_cpu", lambda: "x86_64 Test CPU flags:0123456789ab")
     return home
 
 
@@ -99,6 +100,7 @@ def test_the_key_is_stable_and_changes_with_every_input() -> None:
         replace(r, flags=(("CFLAGS", "-O1"),)),
         replace(r, toolchain=("cc (Debian 12.2.0-14+deb12u2) 12.2.0", *TOOLCHAIN[1:], *UI_TOOLS)),
         replace(r, toolchain=(*TOOLCHAIN, "node v22.1.0", "npm 11.19.1")),
+        replace(r, host="x86_64 AMD EPYC flags:000000000000"),
         replace(r, version=r.version + 1),
     ]
     keys = [v.key() for v in variants]
@@ -112,6 +114,7 @@ def test_the_recipe_reads_the_environment_and_the_patch_contents(
     plain = llama_build.recipe(ui=False)
     assert plain.cmake_args == tuple(llama_build.DEFAULT_CMAKE_ARGS.split())
     assert plain.sdist_sha256 == llama_build.SDIST_SHA256[11434] and plain.toolchain == TOOLCHAIN
+    assert plain.host == "x86_64 Test CPU flags:0123456789ab"
     monkeypatch.setenv("CMAKE_ARGS", "-DGGML_NATIVE=OFF")
     monkeypatch.setenv("CFLAGS", "-O1")
     tuned = llama_build.recipe(ui=False)
