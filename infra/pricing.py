@@ -95,7 +95,7 @@ def estimate_fleet_cost(cfg: StackConfig, *, servers_now: int, armor_rules: int)
     return FleetCost(now, most, round(edge, 4), label)
 
 
-# --- idle autostop (README "Autostop") -----------------------------------------------------------
+# --- idle autostop (docs/autostop.md) --------------------------------------------------------------
 
 # Boot disk list prices in us-central1, per GB-month. https://cloud.google.com/compute/disks-image-pricing#disk
 DISK_USD_PER_GB_MONTH = {"pd-ssd": 0.17, "pd-balanced": 0.10}
@@ -152,7 +152,7 @@ def autostop_costs(
 
 
 def autostop_cost_table(cfg: StackConfig) -> str:
-    """The README's table (tests/idle checks that the README carries exactly this)."""
+    """docs/autostop.md's table (scripts/gen_docs.py renders it there; tests/test_docs.py checks it)."""
     c = autostop_costs(cfg)
     machine = f"{cfg.provisioning_model.lower()} {cfg.machine_type}"
     disk = f"{cfg.boot_disk_size_gb} GB {cfg.boot_disk_type}"

@@ -51,7 +51,7 @@ UNHEALTHY_THRESHOLD = 3
 # disk for a restart; it would only leave a TERMINATED VM, pinned to its stocked-out zone and its
 # pd-ssd still billed, until the group acts. DELETE frees both at once and lets the group create
 # the replacement in any listed zone with capacity (on_repair.allow_changing_zone). Whether a group
-# would restart a STOP-mode member in place, disk and all, is the one live check the README names.
+# would restart a STOP-mode member in place, disk and all, is the one live check docs/lifecycle.md names.
 # https://cloud.google.com/compute/docs/instances/spot#preemption-process
 SPOT_TERMINATION_ACTION = "DELETE"
 

@@ -226,7 +226,7 @@ def test_key_prompt_then_streamed_answer(ui_endpoint: LlamaServer, page: tuple[P
     body = json.loads(chat.post_data or "{}")
     assert body["stream"] is True
     # The UI's own default (Settings > Sampling & Penalties > Backend sampling, off) overrides the
-    # server's --backend-sampling for its chats: the README tells UI users to tick it.
+    # server's --backend-sampling for its chats: docs/reaching.md tells UI users to tick it.
     assert "--backend-sampling" in ui_endpoint.args and body["backend_sampling"] is False
     assert chat.response() is not None
     assert "text/event-stream" in chat.response().headers["content-type"]  # type: ignore[union-attr]
