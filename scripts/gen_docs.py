@@ -285,7 +285,8 @@ def render(name: str) -> str:
     if name not in GENERATORS:
         raise KeyError(f"no generator named {name!r} in scripts/gen_docs.py")
     body = GENERATORS[name]()
-    return f"\n{body}\n" if name in TABLES else body
+    # A table stands apart from its markers by blank lines, as any Markdown renderer wants a block.
+    return f"\n\n{body}\n\n" if name in TABLES else body
 
 
 def expand(text: str) -> str:

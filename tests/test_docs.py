@@ -185,6 +185,39 @@ def test_the_table_check_sees_the_known_faults(tmp_path: Path) -> None:
     ]
 
 
+def html_problems(path: Path) -> list[str]:
+    """Comments (the generated parts' markers, the integrator's notes) must not change what renders:
+    a line that starts with ``<!--`` opens an HTML block, which swallows the rest of its line as raw
+    HTML (no Markdown inside it) and splits the paragraph it interrupts."""
+    lines = path.read_text().splitlines()
+    problems = []
+    for tok in tokens(path):
+        if tok.type != "html_block" or tok.map is None:
+            continue
+        start, _ = tok.map
+        if re.sub(r"<!--.*?-->", "", tok.content, flags=re.S).strip():
+            problems.append(f"line {start + 1} renders as raw HTML: {lines[start][:60]!r}")
+        elif start > 0 and lines[start - 1].strip():
+            problems.append(f"line {start + 1}: a comment that splits the paragraph above it")
+    return problems
+
+
+@pytest.mark.parametrize("path", PAGES, ids=IDS)
+def test_comments_do_not_change_what_renders(path: Path) -> None:
+    assert html_problems(path) == []
+
+
+def test_the_comment_check_sees_a_figure_that_starts_a_line(tmp_path: Path) -> None:
+    page = tmp_path / "c.md"
+    page.write_text(
+        "A wake takes\n<!-- gen:x -->~2 min<!-- /gen:x --> from the bucket.\nAnd\n<!-- note -->\n"
+    )
+    assert html_problems(page) == [
+        "line 2 renders as raw HTML: '<!-- gen:x -->~2 min<!-- /gen:x --> from the bucket.'",
+        "line 4: a comment that splits the paragraph above it",
+    ]
+
+
 # --- names the pages use --------------------------------------------------------------------
 
 
