@@ -14,11 +14,9 @@ without a public route), and admits, to the instances carrying the stack's netwo
 
 Everything else inbound meets the VPC's implied deny; outbound is the implied allow.
 
-External IPs, not Cloud NAT (the choice the issue asks to write down): a member reaches
-Hugging Face (the cache-miss download, 22 GB), ghcr.io (the server image, when the tooling image
-is not baked) and the Ubuntu archive, so it needs egress to the internet. The single-server mode
-serves on a reserved static IP when ``sourceRanges`` is set, which is an external IP anyway. An
-ephemeral external IP per member costs the in-use IPv4 fee only
+Ephemeral external IPs, not Cloud NAT: a member reaches Hugging Face (the cache-miss download,
+22 GB), ghcr.io (the server image, when the tooling image is not baked) and the Ubuntu archive, so
+it needs egress to the internet. An ephemeral external IP per member costs the in-use IPv4 fee only
 (https://cloud.google.com/vpc/network-pricing#ipaddress); Cloud NAT would add a router and a
 gateway, and bills every GiB it processes (https://cloud.google.com/nat/pricing), about a dollar
 for each 22 GB hub download. Inbound, an external IP admits nothing beyond the rules above.
