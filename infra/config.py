@@ -121,6 +121,7 @@ class StackConfig(BaseModel):
     source_ranges: list[str] = Field(default_factory=list)
     allow_public_internet: bool = False
     api_key: bool = True
+    door: bool = True
     health_timeout_minutes: int = Field(default=20, ge=1, le=120)
 
     # Fleet: more than one server behind one load-balanced endpoint (infra/fleet.py).
@@ -336,6 +337,12 @@ class StackConfig(BaseModel):
     @property
     def initial_servers(self) -> int:
         return self.min_replicas if self.autoscaled else self.replicas
+
+    @property
+    def front_door(self) -> bool:
+        """Whether the single server is reached through the front door (infra/door.py); a fleet's
+        way in is its load balancer."""
+        return self.door and not self.fleet
 
     @property
     def public_endpoint(self) -> bool:
