@@ -219,33 +219,6 @@ def health_checks_admitted(resources: Sequence[Resource], _: PolicyContext) -> I
                 )
 
 
-def stateful_ip_in_group_region(
-    resources: Sequence[Resource], ctx: PolicyContext
-) -> Iterator[tuple[Resource, str]]:
-    # A regional group can hold only a regional address of its own region.
-    # https://cloud.google.com/compute/docs/instance-groups/configuring-stateful-ip-addresses-in-migs
-    for group in resources:
-        if group.type != GROUP or not group.inputs.get("statefulExternalIps"):
-            continue
-        region = group.inputs.get("region")
-        for version in group.inputs.get("versions") or []:
-            match = _REGION_IN_URL.search(str(version.get("instanceTemplate") or ""))
-            if match and match[1] != region:
-                yield group, f"runs a template of region {match[1]}, not its own region {region}"
-        for template in resources:
-            if template.type != TEMPLATE or template.inputs.get("region") != region:
-                continue
-            for nic in template.inputs.get("networkInterfaces") or []:
-                for access in nic.get("accessConfigs") or []:
-                    ip = access.get("natIp")
-                    if ip and ctx.addresses.get(ip) != region:
-                        where = ctx.addresses.get(ip, "no reserved address known")
-                        yield (
-                            group,
-                            f"stateful external IP {ip} is in {where}, not the group's region {region}",
-                        )
-
-
 def no_open_firewall(resource: Resource, ctx: PolicyContext) -> Iterator[str]:
     if resource.type != FIREWALL or (resource.inputs.get("direction") or "INGRESS") != "INGRESS":
         return
@@ -528,7 +501,6 @@ RULES: tuple[Rule, ...] = (
 PROGRAM_RULES: tuple[ProgramRule, ...] = (
     autoscaler_needs_even_or_balanced,
     health_checks_admitted,
-    stateful_ip_in_group_region,
 )
 
 

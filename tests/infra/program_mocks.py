@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import runpy
+import secrets
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -82,6 +83,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 "url": f"gs://{inputs.get('name') or args.name + '-9f8e7d6'}",
             },
             "random:index/randomPassword:RandomPassword": lambda: {"result": MOCK_API_KEY},
+            # Random as the provider's is: a new deployment (a new state) draws a new suffix.
+            "random:index/randomId:RandomId": lambda: {"hex": secrets.token_hex(int(inputs["byteLength"]))},
             "gcp:compute/regionInstanceTemplate:RegionInstanceTemplate": lambda: {
                 "selfLink": f"{COMPUTE}/projects/{GCP_PROJECT}/regions/{inputs['region']}/instanceTemplates/"
                 f"{inputs['namePrefix']}{int(TEMPLATE_SUFFIX) + self._count(args.typ)}"

@@ -188,20 +188,6 @@ BAD_FIXTURES: dict[str, tuple[str, str, str | None, Callable[[dict[str, Any]], N
         "network-health-checks",
         _set("allows", [{"protocol": "tcp", "ports": ["80"]}]),
     ),
-    "stateful-ip-other-region": (
-        "stateful_ip_in_group_region",
-        "gcp:compute/address:Address",
-        None,
-        _set("region", "europe-west4"),
-    ),
-    "template-other-region": (
-        "stateful_ip_in_group_region",
-        policy.GROUP,
-        None,
-        lambda i: i["versions"][0].update(
-            instanceTemplate=i["versions"][0]["instanceTemplate"].replace("/us-central1/", "/europe-west4/")
-        ),
-    ),
     "key-in-labels": ("secret_stays_secret", policy.BUCKET, None, _set("labels.key", MOCK_API_KEY)),
     "vm-compute-admin": (
         "no_project_compute_admin_for_service_accounts",
