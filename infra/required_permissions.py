@@ -372,7 +372,7 @@ GROUPS: tuple[ResourceGroup, ...] = (
         permissions=_p(
             *_crud("run.services", "the door's Cloud Run service", "create", "get", "update", "delete"),
             ("run.services.getIamPolicy", "read who may call the door"),
-            ("run.services.setIamPolicy", "let anyone call the door (it checks the API key itself)"),
+            ("run.services.setIamPolicy", "let anyone call the door, which checks the API key itself"),
             ("run.operations.get", "wait for the service's rollout"),
             ("iam.serviceAccounts.actAs", "run the door as its own account"),
         ),

@@ -550,3 +550,44 @@ def test_a_service_account_key_found_through_the_environment(
     assert done.returncode == 0
     compute = [r for r in project.requests if r.path.startswith("/compute/")]
     assert compute and all(r.headers["authorization"].count(".") == 2 for r in compute), "self-signed JWTs"
+
+
+def test_the_front_door_brings_its_constraints_and_permissions(
+    check: Runner, project: FakeProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The door's own change adds the `door` config key (on by default for one server); until then
+    # the condition stands in for it.
+    from infra import required_permissions
+
+    monkeypatch.setitem(required_permissions.CONDITIONS, "door", lambda cfg, bakes: not cfg.fleet)
+    project.policies.update(
+        {
+            "iam.allowedPolicyMemberDomains": {"rules": [{"values": {"allowedValues": ["C03xyz123"]}}]},
+            "run.allowedIngress": {"rules": [{"values": {"allowedValues": ["internal"]}}]},
+        }
+    )
+    project.denied = {"run.services.setIamPolicy"}
+    lines, code = check()
+    domains, ingress = "iam.allowedPolicyMemberDomains", "run.allowedIngress"
+    assert lines == with_lines(
+        {
+            "apis": "ok    apis: all 11 the deploy calls are enabled",
+            "org policy compute.restrictNonConfidentialComputing": [
+                "ok    org policy compute.restrictNonConfidentialComputing: not set",
+                f"BLOCK org policy {domains}: restricts IAM members to listed domains, so the front door's "
+                "allUsers invoker binding is refused; fix: run the door with Cloud Run's invoker IAM check "
+                "off, "
+                "which needs no allUsers binding "
+                "(https://cloud.google.com/run/docs/securing/managing-access), "
+                "or " + EXCEPTION.format(c=domains),
+                f"BLOCK org policy {ingress}: refuses all: the front door is reached from the internet on "
+                "its "
+                f"run.app URL (ingress all); fix: {EXCEPTION.format(c=ingress)}",
+            ],
+            "permissions": "BLOCK permissions for front door: 1 missing: run.services.setIamPolicy (let "
+            "anyone call the door, which checks the API key itself); fix: ask a project owner for "
+            f"roles/run.admin and roles/iam.serviceAccountUser on acme-llm; yours: {ROLES}",
+        },
+        blocked(3),
+    )
+    assert code == 1
