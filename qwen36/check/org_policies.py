@@ -24,7 +24,6 @@ from typing import Any
 from qwen36.check.plan import Plan
 from qwen36.check.report import Fact, block, ok, warn
 
-CONSTRAINTS_DOC = "https://cloud.google.com/resource-manager/docs/organization-policy/org-policy-constraints"
 # The regional value groups of gcp.resourceLocations are `in:<region>-locations`; the continental
 # ones that hold every region of a prefix: in:us-locations, in:europe-locations, in:asia-locations...
 # (https://cloud.google.com/resource-manager/docs/organization-policy/defining-locations#value_groups).
@@ -205,16 +204,14 @@ def _listed(values: tuple[str, ...]) -> str:
     return ", ".join(values)
 
 
-def _list_fact(
-    plan: Plan, name: str, verdict: Verdict, what: str, fix: str, set_: bool, unsure_hint: str = ""
-) -> Fact:
+def _list_fact(plan: Plan, name: str, verdict: Verdict, what: str, fix: str, set_: bool) -> Fact:
     subject = _subject(name)
     if verdict.refused:
         return block(subject, f"refuses {_listed(verdict.refused)}: {what}", fix)
     if verdict.unsure:
         return warn(
             subject,
-            f"may refuse {_listed(verdict.unsure)} ({unsure_hint or UNSURE}): {what}",
+            f"may refuse {_listed(verdict.unsure)} ({UNSURE}): {what}",
             f"read it: {describe_command(plan.project, name)}",
         )
     return ok(subject, "allows what the stack creates" if set_ else "not set")
