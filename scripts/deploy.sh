@@ -31,6 +31,10 @@ if [[ ! -f "Pulumi.$STACK.yaml" ]]; then
 fi
 gcloud auth application-default print-access-token >/dev/null 2>&1 \
   || die "no application-default credentials: run 'gcloud auth application-default login'"
+# The preflight first (quotas, org policies, permissions: python -m qwen36 check); QWEN36_SKIP_CHECK=1 skips it.
+PYTHON=.venv/bin/python && [[ -x $PYTHON ]] || PYTHON=python3
+[[ -n "${QWEN36_SKIP_CHECK:-}" ]] || "$PYTHON" -m qwen36 check --stack "$STACK" \
+  || die "the preflight found what would stop the deploy (the BLOCK lines above); fix them, then rerun"
 
 mkdir -p "$STATE_DIR/state" && chmod 700 "$STATE_DIR"
 
