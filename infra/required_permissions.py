@@ -58,17 +58,13 @@ CONDITIONS: dict[str, Condition] = {
     "always": lambda cfg, bakes: True,
     "api_key": lambda cfg, bakes: cfg.api_key,
     "autostop": lambda cfg, bakes: cfg.autostop_minutes > 0,
-    # infra/server_group.py reserves an address for the one member of a fixed-size group of one.
-    "pinned_address": lambda cfg, bakes: not cfg.autoscaled and cfg.replicas == 1,
     "bucket_destroyed": lambda cfg, bakes: not cfg.keep_model_bucket,
     "bakes": lambda cfg, bakes: bakes and cfg.use_tooling_image and cfg.build_tooling_image,
     "fleet": lambda cfg, bakes: cfg.fleet,
     "fleet_http": lambda cfg, bakes: cfg.fleet and not cfg.domain,
     "fleet_https": lambda cfg, bakes: cfg.fleet and bool(cfg.domain),
     "autoscaled": lambda cfg, bakes: cfg.autoscaled,
-    # The front door (config `door`, single-server mode) comes with its own change to the program;
-    # until the config has the key, no stack has a door.
-    "door": lambda cfg, bakes: bool(getattr(cfg, "door", False)) and not cfg.fleet,
+    "door": lambda cfg, bakes: cfg.front_door,
 }
 
 APIS = "infra/apis.py"
@@ -106,18 +102,6 @@ GROUPS: tuple[ResourceGroup, ...] = (
             *_crud("compute.firewalls", "the ingress rules", "create", "get", "update", "delete"),
             ("compute.globalOperations.get", "wait for the VPC's and the rules' operations"),
             ("compute.regionOperations.get", "wait for the subnet's operations"),
-        ),
-    ),
-    ResourceGroup(
-        name="reserved address",
-        declares=("gcp:compute/address:Address",),
-        service="compute.googleapis.com",
-        enabled_by=APIS,
-        when="pinned_address",
-        role="roles/compute.networkAdmin",
-        permissions=_p(
-            *_crud("compute.addresses", "the server's reserved address", "create", "get", "delete"),
-            ("compute.addresses.use", "give the address to the group's template"),
         ),
     ),
     ResourceGroup(

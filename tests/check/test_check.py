@@ -55,7 +55,7 @@ ALL_CLEAR = [
     "quota project acme-llm",
     "ok    project: acme-llm (gcp:project in Pulumi.dev.yaml): region us-central1, zones us-central1-a, "
     "us-central1-b, us-central1-c, 1 server of g2-standard-8 with 1 nvidia-l4 (SPOT)",
-    "ok    apis: all 10 the deploy calls are enabled",
+    "ok    apis: all 11 the deploy calls are enabled",
     "ok    billing: enabled (billingAccounts/0123AB-4567CD-89EF01)",
     "ok    quota GPUS_ALL_REGIONS: limit 4 in all regions, 0 in use: the stack needs 1",
     "ok    quota PREEMPTIBLE_NVIDIA_L4_GPUS: limit 4 in us-central1, 0 in use: the stack needs 1",
@@ -72,7 +72,9 @@ ALL_CLEAR = [
     "ok    org policy gcp.restrictServiceUsage: not set",
     "ok    org policy gcp.restrictNonCmekServices: not set",
     "ok    org policy compute.restrictNonConfidentialComputing: not set",
-    "ok    permissions: all 81 the deploy needs are granted (infra/required_permissions.py)",
+    "ok    org policy iam.allowedPolicyMemberDomains: not restricted",
+    "ok    org policy run.allowedIngress: not set",
+    "ok    permissions: all 84 the deploy needs are granted (infra/required_permissions.py)",
     "result: 0 blockers, 0 warnings: all clear",
 ]
 

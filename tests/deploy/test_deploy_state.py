@@ -56,6 +56,8 @@ class World:
             "GCLOUD_STUB_STATE": str(self.home / ".gcloud-stub"),
             "GCLOUD_STUB_PROJECT": PROJECT_ID,
             "GCLOUD_STUB_LOG": str(self.home / "gcloud.log"),
+            # The preflight has its own tests (tests/check); here only the state matters.
+            "QWEN36_SKIP_CHECK": "1",
         }
 
     def shell(self, command: str) -> subprocess.CompletedProcess[str]:
