@@ -8,6 +8,7 @@ runs for real.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import runpy
 import sys
@@ -169,6 +170,18 @@ class RecordingMonitor(MockMonitor):
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
+        recorded = getattr(self.mocks, "resources", None)
+        if recorded and recorded[-1].name == request.name:
+            # What the engine (and so the policy pack) also sees: the URN, ignoreChanges and the
+            # resources each input was computed from (RegisterResourceRequest.propertyDependencies).
+            recorded[-1] = dataclasses.replace(
+                recorded[-1],
+                urn=response.urn,
+                ignore_changes=tuple(request.ignoreChanges),
+                property_dependencies={
+                    key: tuple(deps.urns) for key, deps in request.propertyDependencies.items()
+                },
+            )
         self.registrations[request.name] = Registration(
             urn=response.urn,
             parent=request.parent,
