@@ -190,7 +190,10 @@ BAD_FIXTURES: dict[str, tuple[str, str, str | None, Callable[[dict[str, Any]], N
     ),
     # (Not in a label: the key's capitals would break the label rules too.)
     "key-in-description": (
-        "secret_stays_secret", policy.TEMPLATE, None, _set("description", f"key {MOCK_API_KEY}")
+        "secret_stays_secret",
+        policy.TEMPLATE,
+        None,
+        _set("description", f"key {MOCK_API_KEY}"),
     ),
     "vm-compute-admin": (
         "no_project_compute_admin_for_service_accounts",
