@@ -47,7 +47,7 @@ def _edit(
         inputs = copy.deepcopy(dict(r.inputs))
         if r.type == token and (name is None or r.name == name):
             change(inputs)
-        edited.append(Resource(r.type, r.name, inputs))
+        edited.append(dataclasses.replace(r, inputs=inputs))
     return edited
 
 
