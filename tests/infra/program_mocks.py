@@ -8,6 +8,7 @@ runs for real.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import runpy
 import secrets
@@ -172,6 +173,27 @@ class RecordingMonitor(MockMonitor):
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
+        recorded = getattr(self.mocks, "resources", None) or []
+        # Registrations run concurrently: another resource may have been recorded since this one.
+        mine = next(
+            (
+                i
+                for i in range(len(recorded) - 1, -1, -1)
+                if (recorded[i].type, recorded[i].name) == (request.type, request.name)
+            ),
+            None,
+        )
+        if mine is not None:
+            # What the engine (and so the policy pack) also sees: the URN, ignoreChanges and the
+            # resources each input was computed from (RegisterResourceRequest.propertyDependencies).
+            recorded[mine] = dataclasses.replace(
+                recorded[mine],
+                urn=response.urn,
+                ignore_changes=tuple(request.ignoreChanges),
+                property_dependencies={
+                    key: tuple(deps.urns) for key, deps in request.propertyDependencies.items()
+                },
+            )
         self.registrations[request.name] = Registration(
             urn=response.urn,
             parent=request.parent,
