@@ -52,8 +52,8 @@ def timelines(d: Durations, vm_create_s: float, image_create_s: float) -> list[T
     blocked = bake_done + baked
     return [
         Timeline("no bake (buildToolingImage: false)", stock, stock, 0.0, stock),
-        Timeline("bake beside the first server (the default)", stock, moved_at, move, baked),
-        Timeline("bake before the server (the first version's opt-in)", blocked, blocked, 0.0, baked),
+        Timeline("bake beside the first server (the earlier default)", stock, moved_at, move, baked),
+        Timeline("bake before the server (the default)", blocked, blocked, 0.0, baked),
     ]
 
 

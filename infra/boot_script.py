@@ -70,7 +70,9 @@ def driver_branch(image_family: str) -> str:
     return match[1] if match else ""
 
 
-def render_boot_script(cfg: StackConfig, *, bucket: str, api_key_secret: str | None, project: str) -> str:
+def render_boot_script(
+    cfg: StackConfig, *, bucket: str, api_key_secret: str | None, project: str, door_url: str | None = None
+) -> str:
     """The whole startup script for ``cfg``; byte-identical for the same inputs."""
     key_file = CONTAINER_API_KEY_FILE if api_key_secret else None
     model_path = container_model_path(cfg)
@@ -101,6 +103,9 @@ def render_boot_script(cfg: StackConfig, *, bucket: str, api_key_secret: str | N
         "LOAD_METRIC_TYPE": fleet_bounds.LOAD_METRIC_TYPE,
         "LOAD_METRIC_INTERVAL_S": str(fleet_bounds.LOAD_METRIC_INTERVAL_S),
         "IDLE_STOP_MINUTES": str(cfg.autostop_minutes),
+        # With a front door, the idle watcher asks the door to stop the group (the door holds the
+        # only grant that can); without one it resizes the group itself.
+        "IDLE_STOP_DOOR_URL": door_url or "",
         **lib_variables(),
     }
     for phase in boot_protocol.PHASES:

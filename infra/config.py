@@ -12,8 +12,8 @@ import ipaddress
 import json
 import math
 import re
-from collections.abc import Mapping
-from typing import Any, Literal, get_args, get_origin
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -21,6 +21,7 @@ from pydantic.alias_generators import to_camel
 from infra.llama_cpp import LLAMA_CPP_BUILD
 
 PROJECT = "qwen36-mtp-l4"
+T = TypeVar("T")
 
 # G2 machine types that carry exactly one L4, with their vCPUs and memory. g2-standard-4 is
 # left out on purpose: loading the 22 GB model without mmap needs ~24 GB of host RAM and it has 16.
@@ -125,6 +126,7 @@ class StackConfig(BaseModel):
     source_ranges: list[str] = Field(default_factory=list)
     allow_public_internet: bool = False
     api_key: bool = True
+    door: bool = True
     health_timeout_minutes: int = Field(default=20, ge=1, le=120)
 
     # Fleet: more than one server behind one load-balanced endpoint (infra/fleet.py).
@@ -346,6 +348,12 @@ class StackConfig(BaseModel):
         return self.min_replicas if self.autoscaled else self.replicas
 
     @property
+    def front_door(self) -> bool:
+        """Whether the single server is reached through the front door (infra/door.py); a fleet's
+        way in is its load balancer."""
+        return self.door and not self.fleet
+
+    @property
     def public_endpoint(self) -> bool:
         """Whether any source range outside Google's IAP proxies may reach port 8080."""
         return bool(self.source_ranges)
@@ -436,11 +444,14 @@ def _as_config_error(exc: ValidationError, data: Mapping[str, Any]) -> ConfigErr
 
 
 def load_config() -> StackConfig:
-    """Read the running Pulumi program's config (CLI-provided and test-set values alike)."""
+    """Read the running Pulumi program's config (CLI-provided and test-set values alike).
+
+    A bad value reaches the user as ``pulumi.RunError``: Pulumi's Python host prints a RunError's
+    message as one line and a stack trace for anything else."""
     from pulumi.runtime import config as runtime_config
 
     raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
-    return parse_config(raw)
+    return _for_pulumi(parse_config, raw)
 
 
 GCP_PROJECT_KEY = "gcp:project"
@@ -462,7 +473,17 @@ def require_gcp_project(raw: Mapping[str, Any]) -> str:
 def load_gcp_project() -> str:
     from pulumi.runtime import config as runtime_config
 
-    return require_gcp_project({**runtime_config.get_config_env(), **runtime_config.CONFIG.get()})
+    raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    return _for_pulumi(require_gcp_project, raw)
+
+
+def _for_pulumi(read: Callable[[Mapping[str, Any]], T], raw: Mapping[str, Any]) -> T:
+    import pulumi
+
+    try:
+        return read(raw)
+    except ConfigError as exc:
+        raise pulumi.RunError(str(exc)) from None
 
 
 def deployment_name(stack: str, *, max_length: int = 30) -> str:

@@ -34,9 +34,10 @@ OUTPUTS: tuple[OutputGroup, ...] = (
     OutputGroup(("access",), "always", "how to reach the server with the current `sourceRanges`"),
     OutputGroup(("apiKey",), "always", "the API key (a secret: `pulumi stack output apiKey --show-secrets`)"),
     OutputGroup(
-        ("groupName", "region", "zones", "staticIp"),
+        ("groupName", "region", "zones"),
         "always",
-        "where it runs: the group, the zones its member may run in, and the address every repair keeps",
+        "where it runs: the group and the zones its member may run in (the member itself, its name, zone "
+        "and address, changes with every repair: `qwen36 status` shows it)",
     ),
     OutputGroup(("modelBucket", "modelGcsUri"), "always", "the model cache"),
     OutputGroup(

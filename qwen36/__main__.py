@@ -18,6 +18,7 @@ COMMANDS = (
     "qwen36.tunnel",
     "qwen36.wake",
     "qwen36.status",
+    "qwen36.check",
 )
 
 

@@ -40,6 +40,17 @@ fi
 log "providing the pinned llama-server ${build_args[*]}"
 "$VENV/bin/python" -m tests.harness.llama_build "${build_args[@]}"
 
+# --- policy pack (policy/): its own venv, since pulumi-policy pins protobuf~=5.29 -------------
+# tests/infra/test_policy_pack.py runs the pack's policies in it (and skips, saying why, without it).
+POLICY_VENV=${QWEN36_POLICY_VENV:-policy/.venv}
+if [[ ! -x "$POLICY_VENV/bin/python" ]]; then
+  log "creating the policy pack's venv $POLICY_VENV"
+  "$PYTHON" -m venv "$POLICY_VENV"
+fi
+"$POLICY_VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r policy/requirements.txt
+export QWEN36_POLICY_VENV=$POLICY_VENV
+# --- end policy pack ---------------------------------------------------------------------------
+
 log "ruff"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .

@@ -4,7 +4,7 @@ from a directory on PATH. Installed here into a throwaway venv, offline, and run
 
 from __future__ import annotations
 
-import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -24,8 +24,43 @@ def test_pyproject_declares_the_command() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert project["project"]["scripts"] == {"qwen36": "qwen36.__main__:main"}
     assert build_parser().prog == "qwen36"
-    deploy = (ROOT / "scripts" / "deploy.sh").read_text()
-    assert re.search(r"^\s*scripts/install_cli\.sh\b", deploy, re.M), "deploy.sh must install the command"
+
+
+def test_deploy_installs_the_command_before_the_preflight_runs_in_its_venv(tmp_path: Path) -> None:
+    """scripts/deploy.sh runs scripts/install_cli.sh (which makes the venv the preflight runs in)
+    first; pulumi, gcloud and the venv's python are stubs that log their arguments."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    for name in ("scripts/deploy.sh", "scripts/install_cli.sh", "Pulumi.dev.yaml"):
+        shutil.copy(ROOT / name, repo / name)
+    logger = '#!/usr/bin/env bash\nprintf "%s\\n" "$(basename "$0") $*" >>"$CALLS"\n'
+    stubs = {
+        tmp_path / "bin" / "gcloud": logger,
+        tmp_path / "bin" / "pulumi": logger + 'if [[ "$1 $2" == "config get" ]]; then echo acme; fi\n',
+        repo / ".venv" / "bin" / "python": logger + 'if [[ "$*" == "-m qwen36 check"* ]]; then exit 1; fi\n',
+        repo / ".venv" / "bin" / "qwen36": logger,
+    }
+    for path, text in stubs.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o755)
+    calls = tmp_path / "calls.log"
+    home = tmp_path / "home"
+    done = subprocess.run(
+        ["bash", str(repo / "scripts" / "deploy.sh"), "dev"],
+        env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "HOME": str(home), "CALLS": str(calls)},
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr  # the stub check blocks
+    logged = calls.read_text().splitlines()
+    pip = [i for i, c in enumerate(logged) if c.startswith("python -m pip install")]
+    check = logged.index("python -m qwen36 check --stack dev")
+    assert pip and max(pip) < check, logged
+    assert any("--editable ." in logged[i] for i in pip), logged
+    assert (home / ".local" / "bin" / "qwen36").resolve() == (repo / ".venv" / "bin" / "qwen36").resolve()
 
 
 @pytest.mark.slow

@@ -15,6 +15,8 @@ FORBIDDEN = {
     "infra": ("qwen36", "tests", "bench"),
     "qwen36": ("tests", "bench"),
     "startup": ("infra", "qwen36", "tests", "bench"),
+    # The policy pack runs in its own venv beside `pulumi up`: only infra/policy.py's pure rules.
+    "policy": ("qwen36", "tests", "bench", "startup"),
 }
 
 

@@ -8,8 +8,10 @@ runs for real.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import runpy
+import secrets
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -82,6 +84,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 "url": f"gs://{inputs.get('name') or args.name + '-9f8e7d6'}",
             },
             "random:index/randomPassword:RandomPassword": lambda: {"result": MOCK_API_KEY},
+            # Random as the provider's is: a new deployment (a new state) draws a new suffix.
+            "random:index/randomId:RandomId": lambda: {"hex": secrets.token_hex(int(inputs["byteLength"]))},
             "gcp:compute/regionInstanceTemplate:RegionInstanceTemplate": lambda: {
                 "selfLink": f"{COMPUTE}/projects/{GCP_PROJECT}/regions/{inputs['region']}/instanceTemplates/"
                 f"{inputs['namePrefix']}{int(TEMPLATE_SUFFIX) + self._count(args.typ)}"
@@ -169,6 +173,27 @@ class RecordingMonitor(MockMonitor):
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
+        recorded = getattr(self.mocks, "resources", None) or []
+        # Registrations run concurrently: another resource may have been recorded since this one.
+        mine = next(
+            (
+                i
+                for i in range(len(recorded) - 1, -1, -1)
+                if (recorded[i].type, recorded[i].name) == (request.type, request.name)
+            ),
+            None,
+        )
+        if mine is not None:
+            # What the engine (and so the policy pack) also sees: the URN, ignoreChanges and the
+            # resources each input was computed from (RegisterResourceRequest.propertyDependencies).
+            recorded[mine] = dataclasses.replace(
+                recorded[mine],
+                urn=response.urn,
+                ignore_changes=tuple(request.ignoreChanges),
+                property_dependencies={
+                    key: tuple(deps.urns) for key, deps in request.propertyDependencies.items()
+                },
+            )
         self.registrations[request.name] = Registration(
             urn=response.urn,
             parent=request.parent,
