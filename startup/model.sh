@@ -60,6 +60,7 @@ SERVE_FROM=""         # gcs | hub | disk
 EXPECTED_SHA=""       # what the post-serve hash must equal (pinned, the object's, or the hub's)
 OBJ_SIZE="" OBJ_CRC="" OBJ_SHA="" OBJ_GEN="" OBJ_META_SIZE=""
 HUB_SHA="" HUB_SIZE=0
+HF_BIN=""             # set by hf_tool
 FETCH_DIR=""
 GCS_STATE=""          # ok | missing | no-sha | bad | error: what the cache object is
 SKIP_GCS=0            # set after the cached copy failed its post-serve hash
@@ -259,35 +260,42 @@ hub_head() {
 }
 
 hf_tool() {
-  # The hub client: huggingface_hub's `hf` (with hf_xet), installed in a venv the first time the
-  # hub path is taken (the image's system python has pip but not this package).
-  local venv="$STATE_DIR/hf-venv"
+  # HF_BIN: the hub client, huggingface_hub's `hf` (with hf_xet), installed in a venv the first time
+  # the hub path is taken (the Deep Learning VM's python3 has neither it nor the package). It sets a
+  # variable rather than printing the path: it reports the install, and a report is a journal line
+  # on stdout, which a $(hf_tool) would have taken into the path (exit 127 on every first deploy).
+  local venv="$STATE_DIR/hf-venv" rc=0
   if command -v hf >/dev/null 2>&1; then
-    echo hf
+    HF_BIN=hf
     return 0
   fi
   if [[ ! -x $venv/bin/hf ]]; then
     report "$PHASE_MODEL" "installing huggingface_hub $HF_HUB_VERSION for the hub download"
     rm -rf "$venv"
-    timeout "$HF_INSTALL_TIMEOUT_S" python3 -m venv "$venv" >/dev/null
-    timeout "$HF_INSTALL_TIMEOUT_S" "$venv/bin/pip" install -q "huggingface_hub[hf_xet]==$HF_HUB_VERSION" >/dev/null
+    timeout "$HF_INSTALL_TIMEOUT_S" python3 -m venv "$venv" >/dev/null || rc=$?
+    ((rc != 0)) || timeout "$HF_INSTALL_TIMEOUT_S" "$venv/bin/pip" install -q \
+      "huggingface_hub[hf_xet]==$HF_HUB_VERSION" >/dev/null || rc=$?
+    if ((rc != 0)) || [[ ! -x $venv/bin/hf ]]; then
+      rm -rf "$venv"
+      fail "could not install huggingface_hub $HF_HUB_VERSION for the hub download (exit $rc); pip's error is in the journal above"
+    fi
   fi
-  echo "$venv/bin/hf"
+  HF_BIN=$venv/bin/hf
 }
 
 fetch_from_hub() {
   # 0 in place under DIR ($1); its sha256 is checked after the server is up (EXPECTED_SHA).
-  local dir=$1 hf rc=0
+  local dir=$1 rc=0
   hub_head
   if [[ -n $MODEL_SHA256 && -n $HUB_SHA && $HUB_SHA != "$MODEL_SHA256" ]]; then
     fail "the hub's $MODEL_REPO/$MODEL_FILE@$MODEL_REVISION has sha256 $HUB_SHA, the stack pins $MODEL_SHA256 (modelSha256)"
   fi
   EXPECTED_SHA=${MODEL_SHA256:-$HUB_SHA}
   [[ -n $EXPECTED_SHA ]] || fail "the hub did not give the sha256 of $MODEL_REPO/$MODEL_FILE@$MODEL_REVISION and modelSha256 is not set"
-  hf=$(hf_tool)
+  hf_tool
   report "$PHASE_MODEL" "fetching $MODEL_REPO/$MODEL_FILE@$MODEL_REVISION from HuggingFace"
   with_progress "from HuggingFace" "$HUB_SIZE" "$dir" \
-    timeout "$HUB_FETCH_TIMEOUT_S" "$hf" download "$MODEL_REPO" "$MODEL_FILE" --revision "$MODEL_REVISION" \
+    timeout "$HUB_FETCH_TIMEOUT_S" "$HF_BIN" download "$MODEL_REPO" "$MODEL_FILE" --revision "$MODEL_REVISION" \
     --local-dir "$dir" --quiet >/dev/null 2>&1 || rc=$?
   if ((rc != 0)); then
     fail "HuggingFace download failed (exit $rc)"

@@ -4,6 +4,7 @@ the last word, and a key that can no longer be read."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 from datetime import UTC, datetime
@@ -21,6 +22,8 @@ from tests.cache.hf_server import HfServer
 SECRET_IAM_WAIT_S = 480
 STALL_AFTER_BYTES = 1024 * 1024
 FAILING_BOOT_TIMEOUT_S = 40.0
+SPACING_TIME_SCALE = 0.2
+ARRIVAL_JITTER_S = 0.05
 
 
 def script_reports(result: BootResult) -> list[boot_protocol.Report]:
@@ -59,6 +62,26 @@ def test_a_whole_first_deployment_stays_within_the_documented_guest_attribute_ra
         assert boot_protocol.format_report(report) == f"{report.phase} {report.time:%Y-%m-%dT%H:%M:%SZ} " + (
             f"{report.boot_id} {report.detail}"
         ).rstrip(" ")
+
+
+def test_each_script_report_reaches_the_write_log_one_gap_after_the_last(
+    make_sandbox: SandboxFactory,
+) -> None:
+    # At a fifth of real time a gap is 0.2 s, well above one curl's start-up jitter against the next
+    # (ARRIVAL_JITTER_S); without the pause (mawk read its verdict as a redirection), reports that
+    # follow each other, or come from the parallel jobs at once, arrive tens of milliseconds apart.
+    sandbox = make_sandbox(time_scale=SPACING_TIME_SCALE)
+    sandbox.bake_tooling_image()
+    sandbox.edit_host(lambda host: host["gpu"].update(reset_supported=True))
+    result = sandbox.boot()
+    assert_served(sandbox, result)
+    writes = [w for w in result.writes if w.agent.startswith("curl/")]
+    assert len(writes) >= 5, result.log
+    gaps = [b.t - a.t for a, b in itertools.pairwise(writes)]
+    least = boot_protocol.SCRIPT_MIN_GAP_S * sandbox.time_scale - ARRIVAL_JITTER_S
+    assert min(gaps) >= least, [round(g / sandbox.time_scale, 2) for g in gaps]
+    rate = measure(writes, sandbox.time_scale)
+    assert rate.within_limits, rate
 
 
 def test_the_rate_check_fails_on_the_first_versions_three_writes_a_report() -> None:
