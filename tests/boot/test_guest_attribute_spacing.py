@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,6 +28,12 @@ REPORTS = 4
 # Of the scaled gap: what is left after the arrival jitter of one curl against the next.
 GAP_TOLERANCE = 0.75
 AWKS = ("mawk", "gawk")
+STARTUP = LIB_PATH.parent
+# awk, its options (a quoted -F separator, continued lines), then the quoted program.
+_AWK_PROGRAM = re.compile(r"\bawk\b(?:-F'[^']*'|\\\n|[^'\n])*'([^']*)'")
+_PRINT_WITH_GT = re.compile(r"\bprintf?\b[^;{}\n]*>[^;{}\n]*")
+# The one redirection meant as one: ga_decide keeps the ledger's recent lines.
+MEANT = {"print > kept"}
 
 
 def lib_script(tmp_path: Path, body: str) -> Path:
@@ -91,3 +98,25 @@ def test_reports_in_a_row_reach_the_metadata_server_one_gap_apart(awk: str, tmp_
     assert min(gaps) >= GAP_TOLERANCE * boot_protocol.SCRIPT_MIN_GAP_S, gaps
     rate = measure(writes, TIME_SCALE)
     assert rate.peak_per_second <= boot_protocol.GUEST_ATTR_BURST_PER_SECOND, rate
+
+
+def printed_comparisons(text: str) -> list[str]:
+    """print/printf statements of the awk programs in ``text`` with a ">" among their arguments."""
+    return [
+        hit.group(0).strip()
+        for program in _AWK_PROGRAM.findall(text)
+        for hit in _PRINT_WITH_GT.finditer(program)
+        if hit.group(0).strip() not in MEANT
+    ]
+
+
+def test_no_awk_program_of_the_startup_scripts_prints_a_comparison() -> None:
+    scripts = {path.name: path.read_text() for path in sorted(STARTUP.glob("*.sh"))}
+    # The check sees the programs, the ledger's redirection among them, and the old line.
+    assert sum(len(_AWK_PROGRAM.findall(text)) for text in scripts.values()) >= 10
+    assert "print > kept" in " ".join(p for text in scripts.values() for p in _AWK_PROGRAM.findall(text))
+    old = """awk -v x=1 'BEGIN {\n  printf "write %.3f\\n", pause > 0 ? pause : 0\n}'"""
+    assert printed_comparisons(old) == ['printf "write %.3f\\n", pause > 0 ? pause : 0']
+    assert {name: printed_comparisons(text) for name, text in scripts.items()} == {
+        name: [] for name in scripts
+    }
