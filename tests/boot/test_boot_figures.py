@@ -21,10 +21,11 @@ from tests.boot.world import Model, SandboxFactory
 from tests.compute_fake.group import FakeGroup, FakeMember, GroupState
 from tests.compute_fake.server import fake_compute_api
 
-FETCH_S = 0.6
-LOAD_S = 0.5
-# Real seconds of slack: a stub's start, a health poll at the sandbox's scale, the curl.
-SLACK_S = 0.4
+FETCH_S = 2.0
+LOAD_S = 1.5
+# Real seconds of slack on this shared machine: the stubs' python starts (gcloud's imports
+# google-crc32c), the progress watcher, a health poll at the sandbox's scale, the curl.
+SLACK_S = 1.0
 MIB = 1024 * 1024
 
 
@@ -36,7 +37,7 @@ def ready(sandbox: Sandbox, result: BootResult) -> boot_protocol.Figures:
     return figures
 
 
-def test_the_ready_report_measures_a_fetch_from_gcs_the_load_and_the_time_to_ready(
+def test_the_ready_report_measures_a_fetch_from_gcs_the_load_and_the_time_to_ready_and_status_shows_them(
     make_sandbox: SandboxFactory, model: Model
 ) -> None:
     sandbox = make_sandbox(delays={"gcs_ram": FETCH_S, "load_ram": LOAD_S})
@@ -48,36 +49,20 @@ def test_the_ready_report_measures_a_fetch_from_gcs_the_load_and_the_time_to_rea
     (download,) = [c for c in result.calls if c["cmd"] == "gcs-download"]
     assert figures.fetch_slices == download["slices"] == 1, "the 3 MB model is below the slice threshold"
     assert figures.fetch_s is not None and FETCH_S - 0.05 <= figures.fetch_s <= FETCH_S + SLACK_S
-    assert figures.fetch_mb_s == pytest.approx(model.size / 1e6 / figures.fetch_s, rel=0.1)
+    assert figures.fetch_mb_s == pytest.approx(model.size / 1e6 / figures.fetch_s, rel=0.05)
     started = next(c["t"] for c in result.calls if c["cmd"] == "docker" and c["argv"][0] == "run")
     healthy = next(e["t"] for e in sandbox.loads() if e["event"] == "healthy")
-    assert (
-        figures.load_s is not None
-        and healthy - started - 0.05 <= figures.load_s <= healthy - started + SLACK_S
-    )
-    assert figures.load_s >= LOAD_S - 0.05
+    assert figures.load_s is not None and LOAD_S - 0.05 <= figures.load_s <= healthy - started + SLACK_S
     ready_at = result.ready_at()
     assert ready_at is not None and figures.ready_s is not None
-    # The sandbox's boot epoch is whole seconds (QWEN36_BOOT_EPOCH), as /proc/uptime's start is not.
-    assert abs(figures.ready_s - (ready_at - int(result.started))) <= SLACK_S
+    # Against the sandbox's boot epoch (QWEN36_BOOT_EPOCH, whole seconds): the figure is taken
+    # before the write, which may wait up to a (scaled) minute for room under the ration.
+    since_epoch = ready_at - int(result.started)
+    assert since_epoch - SLACK_S <= figures.ready_s <= since_epoch + 0.05
     # The human part stays first; the figures follow it.
     assert sandbox.last_report().detail.startswith("llama-server healthy ")
 
-
-def test_the_ready_report_measures_a_hub_download_without_slices(make_sandbox: SandboxFactory) -> None:
-    sandbox = make_sandbox(cached=False)
-    sandbox.edit_host(lambda host: host["gpu"].update(reset_supported=True))
-    figures = ready(sandbox, sandbox.boot())
-    assert figures.fetch_from == "hub" and figures.fetch_slices is None
-    assert figures.fetch_s is not None and figures.fetch_mb_s is not None and figures.fetch_mb_s > 0
-    assert figures.load_s is not None and figures.ready_s is not None
-
-
-def test_status_shows_the_figures_of_the_members_ready_report(make_sandbox: SandboxFactory) -> None:
-    sandbox = make_sandbox(delays={"gcs_ram": FETCH_S, "load_ram": LOAD_S})
-    sandbox.bake_tooling_image()
-    sandbox.edit_host(lambda host: host["gpu"].update(reset_supported=True))
-    figures = ready(sandbox, sandbox.boot())
+    # `status` reads the member's guest attributes (through the Compute API) and shows the figures.
     member = FakeMember("qwen36-dev-a1", "us-central1-a", guest_attributes=sandbox.guest_attributes())
     group = FakeGroup(timeline=[(0.0, GroupState(members=[member]))], project="p", region="us-central1")
     with fake_compute_api(group) as endpoint:
@@ -87,6 +72,15 @@ def test_status_shows_the_figures_of_the_members_ready_report(make_sandbox: Sand
         f"; boot: model from gcs at {figures.fetch_mb_s:g} MB/s (1 slice, {figures.fetch_s:g} s), "
         f"loaded in {figures.load_s:g} s, ready {figures.ready_s:g} s after boot"
     ), line
+
+
+def test_the_ready_report_measures_a_hub_download_without_slices(make_sandbox: SandboxFactory) -> None:
+    sandbox = make_sandbox(cached=False)
+    sandbox.edit_host(lambda host: host["gpu"].update(reset_supported=True))
+    figures = ready(sandbox, sandbox.boot())
+    assert figures.fetch_from == "hub" and figures.fetch_slices is None
+    assert figures.fetch_s is not None and figures.fetch_mb_s is not None and figures.fetch_mb_s > 0
+    assert figures.load_s is not None and figures.ready_s is not None
 
 
 def test_figures_read_back_what_the_boot_script_writes() -> None:
