@@ -71,7 +71,7 @@ def record(cmd: str, argv: list[str], **extra: Any) -> None:
         "cmd": cmd,
         "argv": argv,
         # gcloud's properties as the command saw them (CLOUDSDK_<SECTION>_<PROPERTY>).
-        # https://cloud.google.com/sdk/docs/properties#setting_properties_using_environment_variables
+        # https://cloud.google.com/sdk/docs/properties (setting properties with environment variables)
         "env": {k: v for k, v in os.environ.items() if k.startswith("CLOUDSDK_")},
     }
     entry.update(extra)
@@ -371,7 +371,8 @@ def venv(argv: list[str]) -> int:
 def pip(argv: list[str]) -> int:
     """The venv's ``pip install -q NAME[EXTRAS]==VERSION``: PyPI is out of reach, so the one version the
     sandbox has (the test venv's huggingface_hub, whose `hf` it links into the venv) or pip's own
-    "no matching distribution" (pip/_internal/index/package_finder.py, find_requirement)."""
+    "no matching distribution" (pip/_internal/resolution/resolvelib/factory.py,
+    _report_single_requirement_conflict)."""
     words = [a for a in argv if not a.startswith("-")]
     if words[:1] != ["install"] or len(words) != 2:
         return err(f"pip: the sandbox stub does not implement {argv}", 2)
