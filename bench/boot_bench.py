@@ -167,6 +167,8 @@ class World:
             time_scale=scale,
             delays=durations.stub_delays(scale),
             fetch_delays={"hf": durations.hub * scale},
+            # The original's reconstruction calls `hf` from PATH; ours installs it as on a stock image.
+            hf_on_path=not ours,
         )
         if not ours:
             args = server_args(cfg, model_path="/models/" + MODEL_FILE, api_key_file=None)

@@ -110,6 +110,8 @@ def render_boot_script(
     }
     for phase in boot_protocol.PHASES:
         scalars.setdefault(_phase_var(phase), phase)
+    for figure in boot_protocol.FIGURES:
+        scalars[_figure_var(figure)] = figure
     lines = [
         "#!/bin/bash",
         "# Rendered by infra/boot_script.py from the stack config: edit startup/{lib,boot}.sh or the config.",
@@ -143,6 +145,11 @@ def render_boot_script(
 
 def _phase_var(phase: str) -> str:
     return "PHASE_" + re.sub(r"[^A-Za-z0-9]", "_", phase).upper()
+
+
+def _figure_var(figure: str) -> str:
+    """``fetch-mb-s`` -> ``FIGURE_FETCH_MB_S``: the ready report's figure names (boot_protocol)."""
+    return "FIGURE_" + re.sub(r"[^A-Za-z0-9]", "_", figure).upper()
 
 
 def _quote_word(value: str) -> str:
