@@ -54,11 +54,11 @@ def role_id(deployment: str, suffix: str) -> str:
 
 
 def wake_command(stack: str) -> str:
-    return f"python -m qwen36 wake --stack {shlex.quote(stack)}"
+    return f"qwen36 wake --stack {shlex.quote(stack)}"
 
 
 def status_command(stack: str) -> str:
-    return f"python -m qwen36 status --stack {shlex.quote(stack)}"
+    return f"qwen36 status --stack {shlex.quote(stack)}"
 
 
 def autostop_output(

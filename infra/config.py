@@ -47,6 +47,11 @@ NOMINAL_MODEL_BYTES = 23_000_000_000
 DEFAULT_ZONES = ("us-central1-a", "us-central1-b", "us-central1-c")
 # A deliberate ceiling: every replica is one more L4 billed by the hour.
 MAX_REPLICAS = 8
+# Pulumi applies Pulumi.yaml's config defaults to every stack before the program runs
+# (ValidateStackConfigAndApplyProjectConfig in pulumi/pulumi sdk/go/common/workspace/project.go;
+# its project_test.go, TestStackConfigIsInheritedFromProjectConfig), so a default is indistinguishable
+# from a value the user set. tests/infra/test_pulumi_yaml.py keeps this equal to Pulumi.yaml's.
+DEFAULT_IDLE_STOP_MINUTES = 30
 
 _ZONE_RE = re.compile(r"^(?P<region>[a-z]+-[a-z]+[0-9]+)-[a-z]$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -129,10 +134,10 @@ class StackConfig(BaseModel):
     max_replicas: int = Field(default=0, ge=0, le=MAX_REPLICAS)
     domain: str = ""
 
-    # Cost. 30 minutes is ten times a cached cold start (~3 min from the GCS cache and the baked
-    # image), so a coffee break or a meeting does not cost a wake, while a forgotten endpoint stops
-    # within half an hour (~$0.12 at the spot price) instead of billing all night. 0 turns it off.
-    idle_stop_minutes: int = Field(default=30, ge=0, le=1440)
+    # Cost. 30 minutes is many times a cached cold start (docs/autostop.md), so a coffee break or a
+    # meeting does not cost a wake, while a forgotten endpoint stops within half an hour instead of
+    # billing all night. 0 turns it off.
+    idle_stop_minutes: int = Field(default=DEFAULT_IDLE_STOP_MINUTES, ge=0, le=1440)
 
     @field_validator("zones")
     @classmethod
@@ -214,11 +219,15 @@ class StackConfig(BaseModel):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> StackConfig:
-        if self.fleet and self.idle_stop_minutes and "idle_stop_minutes" in self.model_fields_set:
+        # Pulumi applies Pulumi.yaml's default to every stack that leaves the key unset, so the
+        # default reaches the program as a value like any other: a fleet, which never autostops,
+        # takes the default (and 0) without complaint and refuses only a value someone chose.
+        if self.fleet and self.idle_stop_minutes not in (0, DEFAULT_IDLE_STOP_MINUTES):
             raise _FieldError(
                 "idle_stop_minutes",
                 "autostop stops a single server; a fleet scales on its load instead "
-                "(use minReplicas for its floor), so leave idleStopMinutes unset or 0",
+                f"(use minReplicas for its floor), so leave idleStopMinutes unset "
+                f"(its default, {DEFAULT_IDLE_STOP_MINUTES}, does nothing in a fleet) or 0",
             )
         for zone in self.zones:
             match = _ZONE_RE.match(zone)

@@ -62,16 +62,17 @@ def members_command(project: str, region: str, group: str) -> str:
 
 def commands(place: Place) -> dict[str, str]:
     """Members get new names and may change zone on every repair, so the commands that reach one
-    find the group's current member first (``python -m qwen36 tunnel|ssh|logs``, run from the
-    repo); stopping and starting go through the group, which would otherwise repair a stopped VM."""
+    find the group's current member first (``qwen36 tunnel|ssh|logs``, the console script that
+    scripts/install_cli.sh puts on PATH); stopping and starting go through the group, which would
+    otherwise repair a stopped VM."""
     where = _group_args(place)
     group = gcloud_group(place.project, place.region, place.group)
     return {
         # The boot script's output reaches serial port 1 with a startup-script prefix, even before SSH works.
-        "logsSerial": f"python -m qwen36 logs --serial {where}",
-        "logsContainer": f"python -m qwen36 logs {where}",
-        "sshIap": f"python -m qwen36 ssh {where}",
-        "iapTunnel": f"python -m qwen36 tunnel {where}",
+        "logsSerial": f"qwen36 logs --serial {where}",
+        "logsContainer": f"qwen36 logs {where}",
+        "sshIap": f"qwen36 ssh {where}",
+        "iapTunnel": f"qwen36 tunnel {where}",
         "members": members_command(place.project, place.region, place.group),
         "stop": f"gcloud compute instance-groups managed resize {group} --size=0",
         "start": f"gcloud compute instance-groups managed resize {group} --size={place.replicas}",
@@ -89,7 +90,7 @@ def access_note(cfg: StackConfig, place: Place) -> str:
         ranges = ", ".join(cfg.source_ranges)
         return (
             f"Port {PORT} is open to {ranges} on the current member's address, which changes with every "
-            f"repair (`python -m qwen36 status` shows it); from anywhere else use the IAP tunnel: {tunnel}"
+            f"repair (`qwen36 status` shows it); from anywhere else use the IAP tunnel: {tunnel}"
         )
     return (
         f"No source range is open (sourceRanges is empty), so the server is reachable only through "

@@ -1,6 +1,6 @@
 """What the deployer's own account must be allowed to do, by what the program creates: the one list.
 
-``python -m qwen36 check`` tests these with Cloud Resource Manager's ``projects.testIamPermissions``
+``qwen36 check`` tests these with Cloud Resource Manager's ``projects.testIamPermissions``
 (https://cloud.google.com/resource-manager/reference/rest/v1/projects/testIamPermissions) before the
 deploy; ``tests/check/test_required_permissions.py`` runs the program under Pulumi's mocks for several
 stack configs and fails when it declares a resource type that no group here covers, or when a group

@@ -53,6 +53,7 @@ import pulumi_gcp as gcp
 from pulumi_command import local
 
 from infra.bake_script import bake_script_hash, render_bake_script
+from infra.cold_start import COLD_START_STOCK, COLD_START_TOOLING, DOCKER_AND_PULL_S
 from infra.config import BOOT_DISK_BASE_GB, DISK_HEADROOM_GB, PROJECT, SERVER_IMAGE_GB, StackConfig
 from infra.health_gate import REPO_ROOT, wait_command
 from infra.llama_cpp import server_image
@@ -88,11 +89,6 @@ MAX_ACCOUNT_ID = 30
 # GVNIC for the gVNIC network interface that G2 machines support.
 # https://cloud.google.com/compute/docs/images/create-custom#guest-os-features
 IMAGE_GUEST_OS_FEATURES = ("UEFI_COMPATIBLE", "VIRTIO_SCSI_MULTIQUEUE", "GVNIC")
-
-# Measured cold starts of the original (first boot to /health ok, model from the GCS cache).
-COLD_START_STOCK = "~3.5 min"
-COLD_START_TOOLING = "~2 min"
-DOCKER_AND_PULL_S = 170
 
 BAKE_SCRIPT_ENV = "QWEN36_BAKE_SCRIPT"
 # A local.Command whose inputs change but whose triggers do not is *updated*, and without an
@@ -460,6 +456,6 @@ def _stock_summary(cfg: StackConfig) -> str:
     )
     return (
         f"the server boots the stock image {cfg.image_project}/{cfg.image_family} and installs docker "
-        f"and pulls the llama.cpp image at boot (~{DOCKER_AND_PULL_S} s): cold start {COLD_START_STOCK} "
+        f"and pulls the llama.cpp image at boot (~{DOCKER_AND_PULL_S:.0f} s): cold start {COLD_START_STOCK} "
         f"with the model in the GCS cache{hint}"
     )

@@ -38,7 +38,7 @@ import shlex
 
 from qwen36.group import GroupError, GroupTarget
 
-PREFLIGHT = "python -m qwen36 check --stack <stack> lists every blocker it can see before a deploy"
+PREFLIGHT = "qwen36 check --stack <stack> lists every blocker it can see before a deploy"
 _CONSTRAINT = re.compile(r"Constraint (constraints/[A-Za-z0-9_.]+) violated")
 _REQUIRED = re.compile(r"Required '(?P<permission>[A-Za-z0-9_.]+)' permission for '(?P<resource>[^']+)'")
 _DENIED = re.compile(

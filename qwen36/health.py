@@ -323,7 +323,7 @@ def wait_ready(
             if view.stopped:
                 summary = (
                     f"group {group.group if group else ''} is stopped (size 0, e.g. by idle autostop): "
-                    "nothing to wait for; `python -m qwen36 wake` starts it from the current template"
+                    "nothing to wait for; `qwen36 wake` starts it from the current template"
                 )
                 emit(summary)
                 return summary

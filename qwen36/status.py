@@ -1,4 +1,4 @@
-"""``python -m qwen36 status``: is the server running, idle-stopped, being repaired or stocked out?
+"""``qwen36 status``: is the server running, idle-stopped, being repaired or stocked out?
 
 It reads the server's managed instance group through the Compute API with the deployer's
 credentials: the group's target size (0 after an idle stop), its member's status and current

@@ -31,7 +31,11 @@ if [[ ! -f "Pulumi.$STACK.yaml" ]]; then
 fi
 gcloud auth application-default print-access-token >/dev/null 2>&1 \
   || die "no application-default credentials: run 'gcloud auth application-default login'"
-# The preflight first (quotas, org policies, permissions: python -m qwen36 check); QWEN36_SKIP_CHECK=1 skips it.
+# The project's venv with its pinned packages (the preflight, the health gate and Pulumi run in it)
+# and the `qwen36` command the outputs print (tunnel, wake, status...), linked onto PATH so that it
+# works from any shell. QWEN36_SKIP_CLI=1 skips it (a venv and command you manage yourself).
+[[ -n "${QWEN36_SKIP_CLI:-}" ]] || scripts/install_cli.sh
+# The preflight first (quotas, org policies, permissions: qwen36 check); QWEN36_SKIP_CHECK=1 skips it.
 PYTHON=.venv/bin/python && [[ -x $PYTHON ]] || PYTHON=python3
 [[ -n "${QWEN36_SKIP_CHECK:-}" ]] || "$PYTHON" -m qwen36 check --stack "$STACK" \
   || die "the preflight found what would stop the deploy (the BLOCK lines above); fix them, then rerun"

@@ -1,4 +1,4 @@
-"""``python -m qwen36 check [--stack S]``: what would stop the deploy, in seconds, before it starts.
+"""``qwen36 check [--stack S]``: what would stop the deploy, in seconds, before it starts.
 
 One line per fact (``ok``, ``warn`` or ``BLOCK``), each problem with its fix: the application-default
 credentials and the project; the APIs the deploy calls; billing; the GPU quotas that apply

@@ -49,6 +49,8 @@ def deploy(repo: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], li
             "HOME": str(repo.parent / "home"),
             "CALLS": str(calls),
             "QWEN36_STATE_DIR": str(repo.parent / "state"),
+            # The stub venv stands for the installed one (tests/test_console_script.py installs it).
+            "QWEN36_SKIP_CLI": "1",
             **env,
         },
         capture_output=True,

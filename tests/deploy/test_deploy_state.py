@@ -56,8 +56,10 @@ class World:
             "GCLOUD_STUB_STATE": str(self.home / ".gcloud-stub"),
             "GCLOUD_STUB_PROJECT": PROJECT_ID,
             "GCLOUD_STUB_LOG": str(self.home / "gcloud.log"),
-            # The preflight has its own tests (tests/check); here only the state matters.
+            # The preflight has its own tests (tests/check), and so has the command's install
+            # (tests/test_console_script.py); here only the state matters.
             "QWEN36_SKIP_CHECK": "1",
+            "QWEN36_SKIP_CLI": "1",
         }
 
     def shell(self, command: str) -> subprocess.CompletedProcess[str]:

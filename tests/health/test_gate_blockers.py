@@ -44,7 +44,7 @@ def test_an_org_policy_violation_in_list_errors_ends_the_wait_at_once() -> None:
     assert (
         "See it: gcloud org-policies describe compute.vmExternalIpAccess --project=acme --effective" in first
     )
-    assert "python -m qwen36 check --stack <stack>" in first
+    assert "qwen36 check --stack <stack>" in first
     assert "gcloud compute instance-groups managed list-errors qwen36-dev --region=europe-west4" in diagnosis
 
 

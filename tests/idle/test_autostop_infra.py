@@ -188,8 +188,8 @@ def test_the_outputs_carry_the_exact_wake_command(mocked: tuple[Mocks, Monitor])
         return pulumi.Output.all(**outputs).apply(exported.update)
 
     program()
-    assert exported["wakeCommand"] == "python -m qwen36 wake --stack dev"
-    assert exported["statusCommand"] == "python -m qwen36 status --stack dev"
+    assert exported["wakeCommand"] == "qwen36 wake --stack dev"
+    assert exported["statusCommand"] == "qwen36 status --stack dev"
     assert exported["autostop"] == {
         "project": PROJECT,
         "region": "us-central1",

@@ -17,6 +17,7 @@ import pulumi
 import pytest
 
 from infra.bake_script import render_bake_script
+from infra.cold_start import COLD_START_STOCK, COLD_START_TOOLING
 from infra.config import StackConfig
 from infra.tooling_image import (
     BAKE_SCRIPT_ENV,
@@ -340,7 +341,7 @@ def test_lookup_finds_the_builds_family() -> None:
     assert image == f"projects/{GCP_PROJECT}/global/images/family/{tooling_family(cfg.llama_cpp_build)}"
     [call] = mocked.mocks.calls
     assert call.token == GET_IMAGE and call.args["family"] == "qwen36-mtp-l4-tooling-b11434"
-    assert any(level == "INFO" and "~2 min" in message for level, message in mocked.logs.records)
+    assert any(level == "INFO" and COLD_START_TOOLING in message for level, message in mocked.logs.records)
 
 
 def test_a_missing_family_falls_back_to_the_stock_image() -> None:
@@ -352,7 +353,7 @@ def test_a_missing_family_falls_back_to_the_stock_image() -> None:
     )
     assert choice.source == "stock"
     assert choice.image == stock_image_url(cfg)
-    assert "~3.5 min" in choice.summary and "buildToolingImage" in choice.summary
+    assert COLD_START_STOCK in choice.summary and "buildToolingImage" in choice.summary
     [call] = mocked.mocks.calls
     assert call.args["family"] == "qwen36-mtp-l4-tooling-b11434" and call.args["project"] == GCP_PROJECT
     infos = [m for level, m in mocked.logs.records if level == "INFO"]
@@ -388,7 +389,7 @@ def test_a_found_image_is_chosen_with_its_cold_start() -> None:
     cfg = StackConfig()
     choice = choose_server_image(cfg, find_tooling_image(cfg))
     assert choice.source == "tooling"
-    assert "~2 min" in choice.summary
+    assert COLD_START_TOOLING in choice.summary
     assert mocked.run(lambda: choice.image) == (
         f"projects/{GCP_PROJECT}/global/images/family/qwen36-mtp-l4-tooling-b11434"
     )

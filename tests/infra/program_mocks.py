@@ -224,6 +224,15 @@ class Deployment:
         return found[0]
 
 
+def project_defaults() -> dict[str, Any]:
+    """What Pulumi adds to every stack's config before the program runs: each key's ``default`` in
+    Pulumi.yaml that the stack leaves unset (ValidateStackConfigAndApplyProjectConfig, pulumi/pulumi
+    sdk/go/common/workspace/project.go; its project_test.go, TestStackConfigIsInheritedFromProjectConfig).
+    """
+    declared = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"]
+    return {f"{PROJECT}:{key}": spec["default"] for key, spec in declared.items() if "default" in spec}
+
+
 def stack_config(stack: str) -> dict[str, Any]:
     """The config bag of Pulumi.<stack>.yaml, as the stack file writes it."""
     document = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
@@ -253,7 +262,7 @@ def deploy(
     """
     ours = {"app": PROJECT, "stack": f"qwen36-{stack}", "managed-by": "pulumi"}
     buckets = {name: ours for name in existing_buckets} | dict(foreign_buckets or {})
-    config = stack_config(stack)
+    config = {**project_defaults(), **stack_config(stack)}
     config.update({f"{PROJECT}:{k}": v for k, v in (overrides or {}).items()})
     if gcp_project is not None:
         config["gcp:project"] = gcp_project

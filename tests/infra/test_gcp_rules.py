@@ -340,11 +340,12 @@ def test_a_goog_project_gets_a_valid_bucket_name() -> None:
     assert not d.one(policy.BUCKET).inputs["name"].startswith("goog")
 
 
-def test_the_secure_boot_exception_is_documented_in_the_readme() -> None:
+def test_the_secure_boot_exception_is_documented() -> None:
     from infra import shielded
     from tests.infra.program_mocks import ROOT
 
-    assert shielded.SECURE_BOOT or "install-drivers-gpu#secure-boot" in (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "security.md").read_text()
+    assert shielded.SECURE_BOOT or "install-drivers-gpu#secure-boot" in page
 
 
 def test_public_internet_needs_the_opt_in(good: Deployment) -> None:

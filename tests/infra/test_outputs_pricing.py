@@ -68,14 +68,14 @@ def test_plain_outputs_keys_are_the_exported_keys() -> None:
 def test_an_open_range_still_points_at_the_tunnel_since_the_members_address_changes() -> None:
     outputs = plain_outputs(cfg_for(sourceRanges=["198.51.100.7/32"]), place_for())
     assert outputs["webUiUrl"] == "http://localhost:8080/"
-    assert "python -m qwen36 tunnel" in outputs["access"]
+    assert "qwen36 tunnel " in outputs["access"]
 
 
 def test_the_door_is_the_endpoint_where_there_is_one() -> None:
     door = "https://qwen36-dev-door-abc123-uc.a.run.app"
     outputs = plain_outputs(cfg_for(), place_for(door_url=door))
     assert (outputs["webUiUrl"], outputs["apiBaseUrl"]) == (f"{door}/", f"{door}/v1")
-    assert door in outputs["access"] and "python -m qwen36 tunnel" in outputs["access"]
+    assert door in outputs["access"] and "qwen36 tunnel " in outputs["access"]
 
 
 def test_model_object_name_keeps_the_repo_path() -> None:

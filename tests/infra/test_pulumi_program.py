@@ -436,11 +436,11 @@ def test_exports_private_by_default(deployed: Deployment, stack: str) -> None:
     assert out["modelBucket"] == model_bucket_name(GCP_PROJECT, name, cfg.region)
     # Members change name and zone: the commands find the current one through the group.
     where = f"--project={GCP_PROJECT} --region={cfg.region} --group={name}"
-    assert out["iapTunnel"] == f"python -m qwen36 tunnel {where}"
+    assert out["iapTunnel"] == f"qwen36 tunnel {where}"
     assert out["iapTunnel"] in out["access"] and "Identity-Aware Proxy" in out["access"]
-    assert out["logsSerial"] == f"python -m qwen36 logs --serial {where}"
-    assert out["logsContainer"] == f"python -m qwen36 logs {where}"
-    assert out["sshIap"] == f"python -m qwen36 ssh {where}"
+    assert out["logsSerial"] == f"qwen36 logs --serial {where}"
+    assert out["logsContainer"] == f"qwen36 logs {where}"
+    assert out["sshIap"] == f"qwen36 ssh {where}"
     group = f"{name} --region={cfg.region} --project={GCP_PROJECT}"
     assert out["members"] == f"gcloud compute instance-groups managed list-instances {group}"
     assert out["stop"] == f"gcloud compute instance-groups managed resize {group} --size=0"
