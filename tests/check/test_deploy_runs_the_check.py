@@ -31,6 +31,8 @@ def repo(tmp_path: Path) -> Path:
         bin_dir / "pulumi": LOGGER + 'if [[ "$1 $2" == "config get" ]]; then echo acme-llm; fi\n',
         repo / ".venv" / "bin" / "python": LOGGER
         + 'echo "BLOCK quota GPUS_ALL_REGIONS: limit 0 (the stub check)"\nexit "${CHECK_EXIT:-0}"\n',
+        # The policy pack's venv, there already: the script then makes none.
+        repo / "policy" / ".venv" / "bin" / "python": LOGGER,
     }
     for path, text in stubs.items():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -82,7 +84,7 @@ def test_a_clear_check_goes_on_to_pulumi_up(repo: Path) -> None:
         "gcloud auth application-default print-access-token",
         "python -m qwen36 check --stack dev",
     ]
-    assert calls[-1] == "pulumi up --yes"
+    assert calls[-1] == "pulumi up --yes --policy-pack policy"
     assert not any(call.startswith("pulumi") for call in calls[:2])
 
 
@@ -90,7 +92,7 @@ def test_the_check_can_be_skipped_on_purpose(repo: Path) -> None:
     done, calls = deploy(repo, CHECK_EXIT="1", QWEN36_SKIP_CHECK="1")
     assert done.returncode == 0, done.stdout + done.stderr
     assert not any(call.startswith("python") for call in calls)
-    assert calls[-1] == "pulumi up --yes"
+    assert calls[-1] == "pulumi up --yes --policy-pack policy"
 
 
 def test_without_the_venv_the_check_runs_on_python3(repo: Path) -> None:

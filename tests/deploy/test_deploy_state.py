@@ -46,6 +46,11 @@ class World:
         )
         (self.bin / "pulumi").chmod(0o755)
         (self.bin / "gcloud").symlink_to(STUBS / "gcloud_stub.sh")
+        # The policy pack's venv, there already (deploy.sh would make it with pip otherwise).
+        pack_python = self.repo / "policy" / ".venv" / "bin" / "python"
+        pack_python.parent.mkdir(parents=True)
+        pack_python.write_text("#!/bin/sh\n")
+        pack_python.chmod(0o755)
 
     def env(self) -> dict[str, str]:
         """A fresh login environment: nothing but what any new terminal has."""
@@ -59,6 +64,7 @@ class World:
             # The preflight has its own tests (tests/check), and so has the command's install
             # (tests/test_console_script.py); here only the state matters.
             "QWEN36_SKIP_CHECK": "1",
+            "QWEN36_SKIP_CLI": "1",
             "QWEN36_SKIP_CLI": "1",
         }
 
