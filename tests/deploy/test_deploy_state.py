@@ -65,7 +65,6 @@ class World:
             # (tests/test_console_script.py); here only the state matters.
             "QWEN36_SKIP_CHECK": "1",
             "QWEN36_SKIP_CLI": "1",
-            "QWEN36_SKIP_CLI": "1",
         }
 
     def shell(self, command: str) -> subprocess.CompletedProcess[str]:
