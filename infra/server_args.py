@@ -8,6 +8,8 @@ Spellings are those of the pinned build (``infra/llama_cpp.py``): ``--load-mode 
 
 from __future__ import annotations
 
+from typing import Any
+
 from infra.config import StackConfig, config_key
 
 PORT = 8080
@@ -81,7 +83,7 @@ CALIBRATION_SCHEMA = 1
 
 def calibration_candidates(
     cfg: StackConfig, *, model_path: str, api_key_file: str | None, ctx_sizes: tuple[int, ...]
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """Every argument list the calibration may start or choose, from :func:`server_args` alone:
     one per (ctx size, n-max, GPU sampling), each the stack config with those two fields changed.
     Fusion is an environment variable (``FUSION_ENV``), not a flag, so it adds no list."""

@@ -106,6 +106,7 @@ PROMPTS = (
         "What is its average speed?",
     ),
 )
+PROMPT_TEXTS = tuple(text for _, text in PROMPTS)
 WARMUP_PROMPT = "Warm-up: say hello in one short sentence."
 
 CALIBRATION_CONTAINER = "qwen36-calibrate"
@@ -624,7 +625,7 @@ def calibrate(
     *,
     budget_s: float = DEFAULT_BUDGET_S,
     max_tokens: int = DEFAULT_MAX_TOKENS,
-    prompts: Sequence[str] = tuple(p for _, p in PROMPTS),
+    prompts: Sequence[str] = PROMPT_TEXTS,
     say: Callable[[str], None] = log,
     clock: Callable[[], float] = time.monotonic,
 ) -> Calibration:

@@ -492,8 +492,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         base, runner, key, budget_s=args.budget, max_tokens=args.max_tokens,
         say=lambda line: err.print(f"tune: {line}", markup=False, highlight=False),
     )  # fmt: skip
-    from startup import calibrate
-
+    calibrate = tune.startup_calibrate()
     if args.json == "-":
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
     else:

@@ -330,6 +330,15 @@ def search_ctx(
 # ------------------------------------------------------------------- the boot's calibration, here
 
 
+def startup_calibrate() -> Any:
+    """startup/calibrate.py, the VM's own module (standard library only, importing no other room),
+    imported by name at run time: the type checker checks it as the VM runs it, a top-level module
+    beside the agents, and one file may not be two modules to it."""
+    import importlib
+
+    return importlib.import_module("startup.calibrate")
+
+
 def calibration_runner(args: Any, base: StackConfig) -> Any:
     """startup/calibrate.py's own runners: a local llama-server, or the pinned image on the VM."""
     import shutil
@@ -338,7 +347,7 @@ def calibration_runner(args: Any, base: StackConfig) -> Any:
     from infra.llama_cpp import server_image
     from infra.server_args import CONTAINER_API_KEY_FILE, CONTAINER_MODEL_DIR
     from qwen36.measure.launcher import VM_API_KEY_FILE, VM_MODEL_DIR, free_port
-    from startup import calibrate
+    calibrate = startup_calibrate()
 
     if args.launcher == "local":
         if args.model is None:
@@ -362,7 +371,7 @@ def calibration_runner(args: Any, base: StackConfig) -> Any:
 def calibration_key(args: Any, base: StackConfig) -> Any:
     import hashlib
 
-    from startup import calibrate
+    calibrate = startup_calibrate()
 
     sha = args.model_sha256 or base.model_sha256
     if not sha and args.model is not None:
@@ -382,7 +391,7 @@ def run_calibration(
 ) -> dict[str, Any]:
     """The verdict document of one calibration with ``base``'s arguments (infra/server_args.py)."""
     from infra.server_args import calibration_candidates, container_model_path
-    from startup import calibrate
+    calibrate = startup_calibrate()
 
     doc = calibration_candidates(
         base, model_path=container_model_path(base), api_key_file=None, ctx_sizes=(base.ctx_size,)
@@ -398,18 +407,24 @@ def run_calibration(
 
 def write_verdict(doc: dict[str, Any], base: StackConfig, bucket: str) -> str:
     """Stores ``doc`` as the bucket's verdict with the deployer's application-default credentials."""
+    import os
+
     import google.auth
     import google.auth.transport.requests
 
     from infra.model_cache import verdict_object_name
-    from startup import calibrate
-
-    credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/devstorage.read_write"])
+    calibrate = startup_calibrate()
 
     def token() -> str | None:
+        # Against an emulator (STORAGE_EMULATOR_HOST) no credentials, as Google's client libraries do.
+        if os.environ.get("STORAGE_EMULATOR_HOST"):
+            return None
         if not credentials.valid:
             credentials.refresh(google.auth.transport.requests.Request())
         return str(credentials.token)
+
+    if not os.environ.get("STORAGE_EMULATOR_HOST"):
+        credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/devstorage.read_write"])
 
     store = calibrate.VerdictStore(
         calibrate.Gcs(calibrate.Gcs.default_url(), token), bucket, verdict_object_name(base)
