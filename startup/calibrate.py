@@ -84,8 +84,11 @@ HEALTH_POLL_S = 0.1
 # original measured 91 chat to 99 math tok/s); 5 % until more is observed. START_DRIFT: llama-server
 # on one GPU drifted by several per cent between server starts (bench/gpu/RESULTS.md: four starts
 # of one config, medians 256-275 tok/s, sd ~3 %). REPEAT_NOISE_*: until measured, and its floor.
+# PROMPT_SPREAD_SAME_DRAFTS: for two candidates with the same n-max (they differ in fusion or
+# sampling only, so a prompt's acceptance moves both alike).
 Z_STOP = 2.5
 PROMPT_SPREAD_MIN = 0.05
+PROMPT_SPREAD_SAME_DRAFTS = 0.01
 START_DRIFT = 0.03
 REPEAT_NOISE_PRIOR = 0.02
 REPEAT_NOISE_MIN = 0.005
@@ -553,7 +556,9 @@ def cannot_win(c: Result, rival: Result, noise: Noise, prompts: int, same_start:
     if k == 0:
         return False
     mean = sum(diffs) / k
-    spread = PROMPT_SPREAD_MIN
+    # Two candidates that draft alike (same n-max) differ in kernels or sampling only, which a prompt
+    # barely changes; with different drafting the ratio follows each prompt's acceptance.
+    spread = PROMPT_SPREAD_MIN if c.candidate.n_max != rival.candidate.n_max else PROMPT_SPREAD_SAME_DRAFTS
     if k >= 3:
         observed = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (k - 1))
         spread = max(spread, observed)
@@ -594,6 +599,7 @@ class Calibration:
                 "repeat_pairs": len(self.noise.pairs),
                 "start_drift_assumed": START_DRIFT,
                 "prompt_spread_min": PROMPT_SPREAD_MIN,
+                "prompt_spread_same_drafts": PROMPT_SPREAD_SAME_DRAFTS,
                 "z_stop": Z_STOP,
             },
             "prompts": [name for name, _ in PROMPTS],
@@ -719,7 +725,8 @@ def _measure_start(
                 again = client.chat(prompt, max_tokens, r.candidate.gpu_sampling, left())
                 if r.samples[i].rate > 0 and again.rate > 0:
                     noise.pairs.append((r.samples[i].rate, again.rate))
-        for r in [r for r in group if r.status == "running"]:
+        # A candidate with every prompt measured is done: it is compared at the end, not cut.
+        for r in [r for r in group if r.status == "running" and len(r.samples) < len(prompts)]:
             rivals = [o for o in results.values() if o.status == "measured"]
             rivals += [o for o in group if o is not r and o.status == "running"]
             beaten_by = next((o for o in rivals if cannot_win(r, o, noise, len(prompts), o in group)), None)

@@ -21,6 +21,8 @@ bench/boot_bench.py. Each value says where it comes from; none is measured on th
 | load, cold pd-ssd  | 73   | the disk's read rate, 288 MiB/s (the page cache is empty after a boot) |
 | post-serve sha256  | 40   | 22 GB at ~0.5 GB/s on one Cascade Lake core (no SHA extensions); off the critical path |
 | secret read        | 2    | one gcloud call (its Python start dominates) |
+| calibration decode | x1   | the stand-in container's decode-speed model (tests/boot/fake_container.py: 73 tok/s plain, |
+|                    |      | MTP acceptance 0.85/0.7/0.55): a calibration request takes its tokens at that rate |
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class Durations:
     load_disk_warm: float = 6.5
     load_disk_cold: float = 73.0
     gcloud: float = 2.0
+    # A multiplier, not seconds: 1 plays the stand-in's calibration requests at their modelled speed.
+    decode: float = 1.0
 
     def stub_delays(self, scale: float) -> dict[str, float]:
         """The stubs' sleeps in real seconds (the reboot and the hub download are timed elsewhere)."""

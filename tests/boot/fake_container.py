@@ -126,8 +126,9 @@ def main() -> int:
         rate, per_step = decode(
             model, args.spec_draft_n_max, bool(body.get("backend_sampling", args.backend_sampling)), fusion
         )
-        # The decode takes its simulated time, at the sandbox's scale (0 in the tests: no wait).
-        time.sleep(tokens / rate * float(delays.get("decode_scale", 0)))
+        # The decode takes its simulated time at the sandbox's scale (delays "decode", tests/boot/
+        # durations.py; absent in the tests: no wait).
+        time.sleep(tokens / rate * float(delays.get("decode", 0)))
         timings: dict[str, Any] = {
             "prompt_n": 24, "prompt_ms": 50.0, "prompt_per_second": 480.0,
             "predicted_n": tokens, "predicted_ms": tokens / rate * 1000.0, "predicted_per_second": rate,

@@ -25,6 +25,7 @@ API_KEY = "sk-sandbox-" + "7f3e9a" * 6
 MODEL_REPO = "unsloth/Qwen3.6-35B-A3B-MTP-GGUF"
 MODEL_FILE = "Qwen3.6-35B-A3B-UD-Q4_K_XL.gguf"
 MODEL_BYTES = 3 * 1024 * 1024 + 17
+STAGED = "staged by the test world"
 # What the sandbox's nvidia-smi says (tests/boot/stubs.py), for a verdict's key.
 GPU_NAME = "NVIDIA L4"
 GPU_DRIVER = "580.95.05"
@@ -97,7 +98,7 @@ def verdict_for(key: calibrate.Key, winner: calibrate.Candidate, tok_s: float = 
     samples = {i: calibrate.Sample(64, 64 / tok_s * 1000.0, 128, 100) for i in range(len(calibrate.PROMPTS))}
     result = calibrate.Result(winner, samples, status="measured")
     measured = calibrate.Calibration(key, [result], calibrate.Noise(), 1.0, 120.0, [0.1], 64)
-    return measured.verdict(writer="staged by the test world")
+    return measured.verdict(writer=STAGED)
 
 
 def stage_verdict(gcs_endpoint: str, bucket: str, cfg: StackConfig, doc: dict[str, Any]) -> None:
