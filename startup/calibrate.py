@@ -543,10 +543,14 @@ class Noise:
 
 def cannot_win(c: Result, rival: Result, noise: Noise, prompts: int, same_start: bool) -> bool:
     """Whether ``c`` is behind ``rival`` by more than the rest of its prompts and the noise allow."""
+    return behind(c, rival, noise, prompts, same_start) is not None
+
+
+def behind(c: Result, rival: Result, noise: Noise, prompts: int, same_start: bool) -> float | None:
+    """How far (relative) ``c`` trails ``rival`` on their common prompts, when that rules it out."""
     common = sorted(set(c.samples) & set(rival.samples))
-    k = len(common)
-    if k == 0 or rival.candidate == c.candidate:
-        return False
+    if not common or rival.candidate == c.candidate:
+        return None
     diffs = [
         math.log(c.samples[i].rate / rival.samples[i].rate)
         for i in common
@@ -554,7 +558,7 @@ def cannot_win(c: Result, rival: Result, noise: Noise, prompts: int, same_start:
     ]
     k = len(diffs)
     if k == 0:
-        return False
+        return None
     mean = sum(diffs) / k
     # Two candidates that draft alike (same n-max) differ in kernels or sampling only, which a prompt
     # barely changes; with different drafting the ratio follows each prompt's acceptance.
@@ -566,7 +570,7 @@ def cannot_win(c: Result, rival: Result, noise: Noise, prompts: int, same_start:
     var = 2 * noise.repeat**2 / k + spread**2 * remaining / (prompts * k)
     if not same_start:
         var += 2 * START_DRIFT**2
-    return mean + Z_STOP * math.sqrt(var) < 0
+    return 1.0 - math.exp(mean) if mean + Z_STOP * math.sqrt(var) < 0 else None
 
 
 @dataclass
@@ -729,13 +733,15 @@ def _measure_start(
         for r in [r for r in group if r.status == "running" and len(r.samples) < len(prompts)]:
             rivals = [o for o in results.values() if o.status == "measured"]
             rivals += [o for o in group if o is not r and o.status == "running"]
-            beaten_by = next((o for o in rivals if cannot_win(r, o, noise, len(prompts), o in group)), None)
-            if beaten_by is not None:
-                r.status = "stopped"
-                r.detail = (
-                    f"cannot win: {_fmt(r.tok_s)} tok/s against {beaten_by.candidate.name}'s "
-                    f"{_fmt(beaten_by.tok_s)} after {len(r.samples)} of {len(prompts)} prompts"
-                )
+            for rival in rivals:
+                gap = behind(r, rival, noise, len(prompts), rival in group)
+                if gap is not None:
+                    r.status = "stopped"
+                    r.detail = (
+                        f"cannot win: {gap:.0%} behind {rival.candidate.name} on the prompts both ran, "
+                        f"after {len(r.samples)} of {len(prompts)}"
+                    )
+                    break
     for r in group:
         if r.status == "running":
             r.status = "measured"
