@@ -1173,6 +1173,8 @@ def run(args: argparse.Namespace) -> int:
             max_tokens=args.max_tokens,
         )
         doc = result.verdict(writer=args.writer)
+        # Facts of the boot that measured it (the boot report's fields, infra/boot_protocol.py).
+        doc["boot"] = dict(fact.split("=", 1) for fact in args.boot_fact)
         print(table(doc), file=sys.stderr, flush=True)
         if doc["winner"] is None:
             log("no candidate was measured to the end: serving the stack config's flags, no verdict written")
@@ -1195,6 +1197,8 @@ def run(args: argparse.Namespace) -> int:
             else:
                 save_verdict(store, doc, generation)
     choice = choose(doc, catalogue, source)
+    if doc.get("skipped"):
+        choice.notes.append(f"{len(doc['skipped'])} candidates did not fit the {doc.get('budget_s')} s bound")
     args_chosen = catalogue.args(key.ctx_size, choice.candidate.n_max, choice.candidate.gpu_sampling)
     _write_outputs(args.out, key, choice, args_chosen, doc, time.monotonic() - began)
     notes = "".join(f"; {note}" for note in choice.notes)
@@ -1236,6 +1240,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     r.add_argument("--server-bin", default="", help="a local llama-server instead of docker")
     r.add_argument("--local-model", default="", help="with --server-bin: the GGUF file")
     r.add_argument(
+        "--boot-fact", action="append", default=[], metavar="NAME=VALUE", help="recorded in a new verdict"
+    )
+    r.add_argument(
         "--defer-store",
         action="store_true",
         help="leave a measured verdict in OUT for `store` (after the hash)",
@@ -1256,6 +1263,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             parser.error("give --image and --model-dir (docker), or --server-bin and --local-model")
         if args.gpu_name is not None and (args.driver_version is None or args.ecc_mode is None):
             parser.error("--gpu-name needs --driver-version and --ecc-mode")
+        if any("=" not in fact for fact in args.boot_fact):
+            parser.error("--boot-fact takes NAME=VALUE")
     return args
 
 
