@@ -898,7 +898,7 @@ class Gcs:
 
     def insert(self, bucket: str, name: str, data: bytes, *, if_generation_match: str) -> dict[str, Any]:
         """A multipart upload that GCS checks against the md5 we send, only if the precondition holds.
-        https://cloud.google.com/storage/docs/uploading-objects#uploading-an-object (md5Hash)
+        https://cloud.google.com/storage/docs/data-validation (MD5 of a single-request upload)
         https://cloud.google.com/storage/docs/request-preconditions"""
         boundary = "qwen36-" + uuid.uuid4().hex
         meta = {"name": name, "contentType": "application/json", "md5Hash": _md5(data)}

@@ -347,6 +347,7 @@ def calibration_runner(args: Any, base: StackConfig) -> Any:
     from infra.llama_cpp import server_image
     from infra.server_args import CONTAINER_API_KEY_FILE, CONTAINER_MODEL_DIR
     from qwen36.measure.launcher import VM_API_KEY_FILE, VM_MODEL_DIR, free_port
+
     calibrate = startup_calibrate()
 
     if args.launcher == "local":
@@ -391,6 +392,7 @@ def run_calibration(
 ) -> dict[str, Any]:
     """The verdict document of one calibration with ``base``'s arguments (infra/server_args.py)."""
     from infra.server_args import calibration_candidates, container_model_path
+
     calibrate = startup_calibrate()
 
     doc = calibration_candidates(
@@ -413,6 +415,7 @@ def write_verdict(doc: dict[str, Any], base: StackConfig, bucket: str) -> str:
     import google.auth.transport.requests
 
     from infra.model_cache import verdict_object_name
+
     calibrate = startup_calibrate()
 
     def token() -> str | None:
