@@ -123,6 +123,8 @@ TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 # A temporary verdict object is the verdict's name, this, an id (the IAM condition allows exactly these).
 TEMP_INFIX = ".tmp-"
 PENDING = "pending-verdict.json"
+# Verdicts of other keys a verdict object keeps beside its own (find_verdict).
+KEPT_OTHER_KEYS = 3
 
 
 def log(message: str) -> None:
@@ -775,6 +777,31 @@ def verdict_problem(doc: Any, key: Key) -> str | None:
     return None
 
 
+def find_verdict(doc: Any, key: Key) -> tuple[dict[str, Any] | None, str | None]:
+    """The stored verdict that decides for ``key``: the object's own, or one it keeps for another
+    key (``others``: the verdicts it replaced, so members of two keys sharing a bucket, say one host
+    that cannot turn ECC off, do not recalibrate each other's away). (verdict, None) or (None, why)."""
+    problem = verdict_problem(doc, key)
+    if problem is None:
+        return doc, None
+    for other in doc.get("others", []) if isinstance(doc, dict) else []:
+        if verdict_problem(other, key) is None:
+            return other, None
+    return None, problem
+
+
+def with_others(new: dict[str, Any], old: Any, key: Key) -> dict[str, Any]:
+    """``new`` carrying the verdicts of other keys that ``old`` held (its own included), newest first."""
+    kept: list[dict[str, Any]] = []
+    if isinstance(old, dict):
+        previous = {k: v for k, v in old.items() if k != "others"}
+        for entry in [previous, *old.get("others", [])]:
+            usable = isinstance(entry, dict) and entry.get("schema") == SCHEMA and not entry.get("stale")
+            if usable and key.differences(entry.get("key")) and len(kept) < KEPT_OTHER_KEYS:
+                kept.append(entry)
+    return {**new, "others": kept}
+
+
 def choose(doc: dict[str, Any], catalogue: Catalogue, source: str) -> Choice:
     """The verdict's winner, except where the stack file sets a value: that value wins, and of the
     measured candidates with it the fastest is taken (else the winner with the value put in)."""
@@ -1001,9 +1028,12 @@ class VerdictStore:
         """Marks the verdict of ``key`` stale, so the next boot calibrates again; False when the
         stored verdict is another key's or already stale (nothing to do)."""
         doc, generation = self.load()
-        if doc is None or verdict_problem(doc, key) is not None:
+        if doc is None:
             return False
-        doc["stale"] = {"reason": reason, "at": utc_now(), **details}
+        entry, _ = find_verdict(doc, key)
+        if entry is None:
+            return False
+        entry["stale"] = {"reason": reason, "at": utc_now(), **details}
         try:
             self.save(doc, generation)
         except ConflictError:
@@ -1130,21 +1160,20 @@ def run(args: argparse.Namespace) -> int:
         token = MetadataToken(args.metadata_url) if args.metadata_url else (lambda: None)
         store = VerdictStore(Gcs(args.gcs_url or Gcs.default_url(), token), args.bucket, args.verdict_object)
     doc: dict[str, Any] | None = None
+    stored: dict[str, Any] | None = None
     generation = "0"
     source = "verdict"
     if store is not None:
         try:
-            doc, generation = store.load()
+            stored, generation = store.load()
         except GcsError as exc:
             log(f"could not read the verdict {store.uri} ({exc}); calibrating without it")
-            doc, generation = None, ""
-        problem = "there is none" if doc is None else verdict_problem(doc, key)
-        if problem is None:
-            assert doc is not None
+            stored, generation = None, ""
+        doc, problem = find_verdict(stored, key) if stored is not None else (None, "there is none")
+        if doc is not None:
             log(f"verdict {store.uri} of {doc.get('date')} decides: {doc['winner']['name']}")
         else:
             log(f"the verdict {store.uri} does not apply: {problem}")
-            doc = None
     if doc is None:
         source = "calibrated"
         plan = Plan(first_n_max=catalogue.default.n_max, n_max=catalogue.calibrated_n_max)
@@ -1172,7 +1201,7 @@ def run(args: argparse.Namespace) -> int:
             budget_s=args.budget,
             max_tokens=args.max_tokens,
         )
-        doc = result.verdict(writer=args.writer)
+        doc = with_others(result.verdict(writer=args.writer), stored, key)
         # Facts of the boot that measured it (the boot report's fields, infra/boot_protocol.py).
         doc["boot"] = dict(fact.split("=", 1) for fact in args.boot_fact)
         print(table(doc), file=sys.stderr, flush=True)

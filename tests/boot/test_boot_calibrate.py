@@ -140,3 +140,23 @@ def test_a_value_the_stack_sets_wins_over_the_verdict_and_the_report_says_so(
     # The verdict itself still names the fastest candidate, for every member whatever it pins.
     verdict = read_verdict(sandbox.gcs_endpoint, sandbox.bucket, cfg)
     assert verdict is not None and verdict["winner"]["name"] == WINNER
+
+
+def test_a_host_that_cannot_turn_ecc_off_does_not_recalibrate_the_others_away(
+    calibrating: Any, model: Model
+) -> None:
+    sandbox = calibrating()
+    boot_ready(sandbox)  # key: ECC off, ctx 56320
+    # A spot restart on a host whose GPU refuses the ECC change: the degraded key (ECC on, 8192).
+    sandbox.new_host("GPU-0003")
+    sandbox.edit_host(lambda host: host["gpu"].update(ecc_locked=True))
+    degraded = boot_ready(sandbox)
+    assert len(calibration_runs(degraded)) == 8 and "ecc_mode: 'Disabled' != 'Enabled'" in degraded.log
+    # Back on a host where ECC goes off: the first key's verdict was kept beside the new one.
+    sandbox.new_host("GPU-0004")
+    back = boot_ready(sandbox)
+    assert calibration_runs(back) == [], back.log
+    assert ready_fields(back)["verdict"] == "verdict"
+    verdict = read_verdict(sandbox.gcs_endpoint, sandbox.bucket, config(model))
+    assert verdict is not None and verdict["key"]["ecc_mode"] == "Enabled"
+    assert [o["key"]["ecc_mode"] for o in verdict["others"]] == ["Disabled"]

@@ -162,3 +162,31 @@ def test_a_writer_that_lost_the_race_is_told_and_leaves_no_temporary_object(
     (temp,) = racing_gcs.objects
     assert temp.startswith("models/m.verdict.json" + calibrate.TEMP_INFIX)
     assert racing_gcs.deleted == [temp]
+
+
+def test_a_verdict_keeps_the_other_keys_verdicts_it_replaces(bucket: Bucket) -> None:
+    store = bucket.store()
+    store.save(verdict(), "0")
+    degraded = calibrate.Key(**{**KEY.as_dict(), "ecc_mode": "Enabled", "ctx_size": 8192})
+    stored, generation = store.load()
+    assert calibrate.find_verdict(stored, degraded)[0] is None
+    # A member that could not turn ECC off calibrates its own key; the first key's verdict stays.
+    newer = calibrate.with_others(verdict(degraded, calibrate.Candidate(0, True, True)), stored, degraded)
+    store.save(newer, generation)
+    stored, _ = store.load()
+    mine, _ = calibrate.find_verdict(stored, degraded)
+    theirs, _ = calibrate.find_verdict(stored, KEY)
+    assert mine is not None and mine["winner"]["n_max"] == 0
+    assert theirs is not None and theirs["winner"]["n_max"] == 2 and theirs["key"] == KEY.as_dict()
+    # The guard marks the kept one stale where it is; the other key's stays usable.
+    assert store.mark_stale(KEY, "low", {})
+    stored, _ = store.load()
+    assert calibrate.find_verdict(stored, KEY)[0] is None
+    assert calibrate.find_verdict(stored, degraded)[0] is not None
+    # At most KEPT_OTHER_KEYS are kept, newest first, stale ones dropped.
+    docs = [verdict(calibrate.Key(**{**KEY.as_dict(), "ctx_size": 1024 * (i + 1)})) for i in range(6)]
+    chained: dict = {}
+    for i, doc in enumerate(docs):
+        chained = calibrate.with_others(doc, chained or None, calibrate.Key(**doc["key"]))
+        assert len(chained["others"]) == min(i, calibrate.KEPT_OTHER_KEYS)
+    assert [o["key"]["ctx_size"] for o in chained["others"]] == [5120, 4096, 3072]
