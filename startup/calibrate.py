@@ -2,8 +2,10 @@
 
 The boot (startup/boot.sh ``step_calibrate``) runs ``calibrate.py run`` after the model is in place
 and before the production container starts. It reads the verdict stored next to the model in the
-bucket; a verdict whose key is this boot's key and which is not stale decides the flags at once.
-Otherwise it calibrates, writes the verdict for every later boot and fleet member, and decides.
+bucket; a verdict whose key is this boot's key and which is not stale decides the flags at once
+(the object also keeps the last few verdicts of other keys it replaced: ``find_verdict``).
+Otherwise it calibrates and decides, and ``calibrate.py store`` writes the verdict for every later
+boot and fleet member once the served file has passed its sha256 (boot.sh ``store_verdict``).
 
 Key: (llama.cpp build, model sha256, GPU name, driver version, ECC mode, ctx size). Anything in it
 changing means the measurement no longer describes this server, so the verdict is ignored.
