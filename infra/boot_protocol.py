@@ -37,7 +37,7 @@ SCRIPT_MIN_GAP_S = 1
 
 # Phases in the order a boot goes through them. "ready" and "failed" end a boot; a boot that could
 # not turn ECC off reports "ready" with the degraded context in its detail, so the gate passes.
-PHASES = ("boot", "driver", "ecc", "prepare", "model", "api-key", "server", "ready")
+PHASES = ("boot", "driver", "ecc", "prepare", "model", "api-key", "calibrate", "server", "ready")
 PHASE_READY = "ready"
 PHASE_FAILED = "failed"
 
@@ -166,3 +166,37 @@ def ready_figures(report: Report) -> Figures | None:
         load_s=number(FIGURE_LOAD_S),
         ready_s=number(FIGURE_READY_S),
     )
+
+
+# ---------------------------------------------------------------------- calibration and acceptance
+# The first boot of a key measures the lossless options before the server opens (startup/calibrate.py);
+# every boot names what it serves in the ready report's detail as ``name=value`` words, these:
+FIELD_FLAGS = "flags"  # the candidate served, e.g. mtp2/fusion-on/gpu-sampling
+FIELD_VERDICT = "verdict"  # verdict (a stored one decided) | calibrated (this boot measured) | default
+FIELD_DECODE_TPS = "decode-tps"  # the served candidate's calibrated decode rate
+FIELD_ACCEPTANCE = "acceptance"  # its calibrated MTP draft acceptance (absent without MTP)
+FIELD_CALIBRATE_S = "calibrate-s"  # seconds the calibration step took on this boot
+FIELD_PINNED = "pinned"  # stack-config keys that overrode the verdict, comma-separated
+CALIBRATION_FIELDS = (
+    FIELD_FLAGS, FIELD_VERDICT, FIELD_DECODE_TPS, FIELD_ACCEPTANCE, FIELD_CALIBRATE_S, FIELD_PINNED,
+)  # fmt: skip
+
+# The live guard (startup/accept_guard.py) reports under its own key, in the report format above:
+# ``<state> <utc-time> <boot-id> acceptance=.. decode-tps=.. expect=.. drafted=..``, state ok | low |
+# stale | no-mtp | waiting. At most every ACCEPT_REPORT_INTERVAL_S (the guest-attribute budget).
+KEY_ACCEPT = "accept"
+ACCEPT_REPORT_INTERVAL_S = 120
+# Cloud Monitoring custom metrics on the member's gce_instance (a dashboard's source), written by
+# the guard each minute with traffic: the MTP draft acceptance and the decode rate of that minute.
+ACCEPTANCE_METRIC_TYPE = "custom.googleapis.com/qwen36/mtp_acceptance"
+DECODE_RATE_METRIC_TYPE = "custom.googleapis.com/qwen36/decode_tokens_per_second"
+
+
+def detail_fields(detail: str) -> dict[str, str]:
+    """The ``name=value`` words of a report's detail (punctuation after a value is dropped)."""
+    fields: dict[str, str] = {}
+    for word in detail.split():
+        name, sep, value = word.partition("=")
+        if sep and name and value:
+            fields[name] = value.rstrip(";,")
+    return fields

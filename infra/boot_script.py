@@ -12,6 +12,7 @@ no randomness, no ordering that could vary.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Iterable
@@ -20,11 +21,12 @@ from pathlib import Path
 from infra import boot_protocol, fleet_bounds
 from infra.config import StackConfig, config_key
 from infra.llama_cpp import server_image
-from infra.model_cache import model_object_name
+from infra.model_cache import model_object_name, verdict_object_name
 from infra.server_args import (
     CONTAINER_API_KEY_FILE,
     CONTAINER_MODEL_DIR,
     PORT,
+    calibration_candidates,
     container_model_path,
     server_args,
 )
@@ -38,6 +40,13 @@ IDLE_WATCH_PATH = REPO_ROOT / "startup" / "idle_watch.py"
 VM_AGENT_PATH = REPO_ROOT / "startup" / "vm_agent.py"
 VM_AGENT_END = "QWEN36_VM_AGENT_EOF"
 MODEL_SH_PATH = REPO_ROOT / "startup" / "model.sh"
+CALIBRATE_PATH = REPO_ROOT / "startup" / "calibrate.py"
+CALIBRATE_END = "QWEN36_CALIBRATE_EOF"
+ACCEPT_GUARD_PATH = REPO_ROOT / "startup" / "accept_guard.py"
+ACCEPT_GUARD_END = "QWEN36_ACCEPT_GUARD_EOF"
+CANDIDATES_END = "QWEN36_CANDIDATES_EOF"
+# The bound of the first-boot calibration (startup/calibrate.py DEFAULT_BUDGET_S says why 120 s).
+CALIBRATION_BUDGET_S = 120
 
 # GCE caps one metadata value at 256 KB; the rendered script stays well below it.
 # https://cloud.google.com/compute/docs/metadata/setting-custom-metadata#limitations
@@ -78,6 +87,9 @@ def render_boot_script(
     model_path = container_model_path(cfg)
     args = server_args(cfg, model_path=model_path, api_key_file=key_file)
     degraded = server_args(cfg, model_path=model_path, api_key_file=key_file, ctx_size=cfg.degraded_ctx_size)
+    candidates = calibration_candidates(
+        cfg, model_path=model_path, api_key_file=key_file, ctx_sizes=(cfg.ctx_size, cfg.degraded_ctx_size)
+    )
     scalars = {
         "SERVER_IMAGE": server_image(cfg.llama_cpp_build),
         "SERVER_PORT": str(PORT),
@@ -106,6 +118,15 @@ def render_boot_script(
         # With a front door, the idle watcher asks the door to stop the group (the door holds the
         # only grant that can); without one it resizes the group itself.
         "IDLE_STOP_DOOR_URL": door_url or "",
+        # The first-boot calibration and the acceptance guard (startup/calibrate.py, accept_guard.py).
+        "LLAMA_CPP_BUILD": str(cfg.llama_cpp_build),
+        "CTX_SIZE": str(cfg.ctx_size),
+        "VERDICT_OBJECT": verdict_object_name(cfg),
+        "CALIB_BUDGET_S": str(CALIBRATION_BUDGET_S),
+        "ACCEPT_REPORT_INTERVAL_S": str(boot_protocol.ACCEPT_REPORT_INTERVAL_S),
+        "ACCEPTANCE_METRIC_TYPE": boot_protocol.ACCEPTANCE_METRIC_TYPE,
+        "DECODE_RATE_METRIC_TYPE": boot_protocol.DECODE_RATE_METRIC_TYPE,
+        **{f"FIELD_{_var(f)}": f for f in boot_protocol.CALIBRATION_FIELDS},
         **lib_variables(),
     }
     for phase in boot_protocol.PHASES:
@@ -132,6 +153,15 @@ def render_boot_script(
             else []
         ),
         _embedded_file("qwen36_idle_watch_tool", IDLE_WATCH_PATH.read_text(encoding="utf-8"), IDLE_WATCH_END),
+        _embedded_file("qwen36_calibrate_tool", CALIBRATE_PATH.read_text(encoding="utf-8"), CALIBRATE_END),
+        _embedded_file(
+            "qwen36_accept_guard_tool", ACCEPT_GUARD_PATH.read_text(encoding="utf-8"), ACCEPT_GUARD_END
+        ),
+        _embedded_file(
+            "qwen36_calibration_candidates",
+            json.dumps(candidates, separators=(",", ":"), sort_keys=True),
+            CANDIDATES_END,
+        ),
         LIB_PATH.read_text(encoding="utf-8"),
         MODEL_SH_PATH.read_text(encoding="utf-8"),
         BODY_PATH.read_text(encoding="utf-8"),
@@ -144,7 +174,11 @@ def render_boot_script(
 
 
 def _phase_var(phase: str) -> str:
-    return "PHASE_" + re.sub(r"[^A-Za-z0-9]", "_", phase).upper()
+    return "PHASE_" + _var(phase)
+
+
+def _var(word: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]", "_", word).upper()
 
 
 def _figure_var(figure: str) -> str:

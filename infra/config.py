@@ -12,7 +12,8 @@ import ipaddress
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -407,9 +408,18 @@ def _type_name(annotation: Any) -> str:
     return names.get(annotation, "JSON list of strings" if "list" in str(annotation) else "value")
 
 
-def parse_config(raw: Mapping[str, Any]) -> StackConfig:
-    """Validate the ``qwen36-mtp-l4:*`` entries of a Pulumi config bag (other namespaces are ignored)."""
+def parse_config(raw: Mapping[str, Any], *, stack_keys: Collection[str] | None = None) -> StackConfig:
+    """Validate the ``qwen36-mtp-l4:*`` entries of a Pulumi config bag (other namespaces are ignored).
+
+    ``stack_keys``: the full keys the stack file itself sets. Pulumi hands the program every key
+    Pulumi.yaml declares a default for, whether the stack sets it or not
+    (https://www.pulumi.com/blog/project-config-mvp/: "a default for all stacks"), so the bag alone
+    cannot tell a default from a choice. Given the stack file's keys, a value that equals its
+    default and is not in the stack file is left to the default, and ``model_fields_set`` then
+    holds exactly what the user set: in the stack file, or to anything but the default.
+    """
     types = _field_types()
+    defaults = _field_defaults()
     data: dict[str, Any] = {}
     for full_key, value in sorted(raw.items()):
         namespace, _, key = full_key.partition(":")
@@ -422,7 +432,10 @@ def parse_config(raw: Mapping[str, Any]) -> StackConfig:
             close = difflib.get_close_matches(key, types, n=1, cutoff=0.6)
             hint = f"did you mean {PROJECT}:{close[0]}? " if close else ""
             raise ConfigError(full_key, f"unknown key; {hint}the keys of this project are: {known}")
-        data[key] = _decode(key, value, types[key])
+        decoded = _decode(key, value, types[key])
+        if stack_keys is not None and full_key not in stack_keys and _same(decoded, defaults[key]):
+            continue
+        data[key] = decoded
     try:
         return StackConfig.model_validate(data)
     except ValidationError as exc:
@@ -448,10 +461,44 @@ def load_config() -> StackConfig:
 
     A bad value reaches the user as ``pulumi.RunError``: Pulumi's Python host prints a RunError's
     message as one line and a stack trace for anything else."""
+    import pulumi
     from pulumi.runtime import config as runtime_config
 
     raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
-    return _for_pulumi(parse_config, raw)
+    stack_keys = stack_file_keys(pulumi.get_stack())
+    return _for_pulumi(lambda values: parse_config(values, stack_keys=stack_keys), raw)
+
+
+def _same(value: Any, default: Any) -> bool:
+    """Equal and of one type: ``True == 1`` must not make a mistyped value vanish before validation."""
+    return type(value) is type(default) and value == default
+
+
+def _field_defaults() -> dict[str, Any]:
+    fields = StackConfig.model_fields.items()
+    return {to_camel(name): info.get_default(call_default_factory=True) for name, info in fields}
+
+
+def stack_file_keys(stack: str, project_dir: Path | None = None) -> set[str] | None:
+    """The config keys ``Pulumi.<stack>.yaml`` sets, or None when it cannot be read (then every value
+    that differs from its default counts as set). Pulumi runs a Python program in the project
+    folder, where the stack file lives unless Pulumi.yaml's ``stackConfigDir`` moves it.
+    https://www.pulumi.com/docs/iac/concepts/projects/stack-settings-file/
+    https://www.pulumi.com/docs/reference/pulumi-yaml/ (stackConfigDir)"""
+    import yaml
+
+    root = project_dir or Path.cwd()
+    try:
+        project = yaml.safe_load((root / "Pulumi.yaml").read_text(encoding="utf-8")) or {}
+        folder = root / str(project.get("stackConfigDir") or ".")
+        document = yaml.safe_load((folder / f"Pulumi.{stack}.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    config = document.get("config") if isinstance(document, dict) else None
+    if not isinstance(config, dict):
+        return set()
+    # A short key is in the project's namespace (https://www.pulumi.com/docs/iac/concepts/config/).
+    return {key if ":" in str(key) else f"{PROJECT}:{key}" for key in config}
 
 
 GCP_PROJECT_KEY = "gcp:project"

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_gcp as gcp
 
+from infra.model_cache import VERDICT_SUFFIX, VERDICT_TEMP_INFIX
+
 BUCKET_READ_ROLE = "roles/storage.objectViewer"
 # Lets a boot that took the hub fill the cache for later boots, replace a cache object that failed
 # its sha256 (objectCreator cannot overwrite) and complete a missing sha256 in its metadata. The
@@ -21,6 +23,11 @@ BUCKET_READ_ROLE = "roles/storage.objectViewer"
 # https://cloud.google.com/iam/docs/conditions-resource-attributes#resource-name
 BUCKET_WRITE_ROLE = "roles/storage.objectUser"
 PROJECT_ROLES = ("roles/logging.logWriter", "roles/monitoring.metricWriter")
+# The calibration verdict (startup/calibrate.py) is written by every member, self-staging or not:
+# objectUser again (create a temporary copy, read it back, copy it over the verdict, which replaces
+# it, and delete the copy), held by its condition to the verdict and its temporary copies only.
+# https://cloud.google.com/iam/docs/conditions-attribute-reference#resource-name (startsWith)
+VERDICT_CONDITION_TITLE = "calibration-verdict-only"
 
 
 @dataclass
@@ -80,6 +87,20 @@ class Identity(pulumi.ComponentResource):
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
+        if args.model_object:
+            verdict = args.model_object + VERDICT_SUFFIX
+            gcp.storage.BucketIAMMember(
+                f"{name}-bucket-verdict",
+                bucket=args.bucket,
+                role=BUCKET_WRITE_ROLE,
+                member=self.member,
+                condition=gcp.storage.BucketIAMMemberConditionArgs(
+                    title=VERDICT_CONDITION_TITLE,
+                    description="Write and replace the calibration verdict next to the model, nothing else",
+                    expression=verdict_condition(args.bucket, verdict),
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
         for role in PROJECT_ROLES:
             gcp.projects.IAMMember(
                 f"{name}-{role.split('/')[-1].replace('.', '-').lower()}",
@@ -89,3 +110,11 @@ class Identity(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self),
             )
         self.register_outputs({"email": self.email})
+
+
+def verdict_condition(bucket: pulumi.Input[str], verdict: str) -> pulumi.Output[str]:
+    """The verdict object itself, or one of its temporary copies (the verdict's name + ``.tmp-``)."""
+    prefix = pulumi.Output.concat("projects/_/buckets/", bucket, "/objects/", verdict)
+    return pulumi.Output.concat(
+        'resource.name == "', prefix, '" || resource.name.startsWith("', prefix, VERDICT_TEMP_INFIX, '")'
+    )

@@ -28,6 +28,9 @@ from infra.cache_probe import CacheProbe, probe_model_cache
 from infra.config import StackConfig
 
 MODELS_PREFIX = "models"
+# The verdict object's name after the model's; its temporary copies add VERDICT_TEMP_INFIX + an id.
+VERDICT_SUFFIX = ".verdict.json"
+VERDICT_TEMP_INFIX = ".tmp-"
 # Bucket names: 3-63 characters of [a-z0-9._-], starting and ending with a letter or digit, not
 # starting with "goog" and not containing "google" or a close misspelling.
 # https://cloud.google.com/storage/docs/buckets#naming
@@ -48,6 +51,11 @@ OWNER_LABELS = ("app", "stack")
 def model_object_name(cfg: StackConfig) -> str:
     """The object that holds the model inside the bucket: ``models/<repo>/<file>``."""
     return f"{MODELS_PREFIX}/{cfg.model_repo}/{cfg.model_file}"
+
+
+def verdict_object_name(cfg: StackConfig) -> str:
+    """The calibration verdict, next to the model it was measured with (startup/calibrate.py)."""
+    return f"{model_object_name(cfg)}{VERDICT_SUFFIX}"
 
 
 def model_bucket_name(project: str, deployment: str, region: str) -> str:

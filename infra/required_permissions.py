@@ -266,7 +266,8 @@ GROUPS: tuple[ResourceGroup, ...] = (
     ),
     ResourceGroup(
         name="autostop role",
-        declares=("gcp:projects/iAMCustomRole:IAMCustomRole",),
+        # The role id's random suffix needs no Google permission (a local provider).
+        declares=("gcp:projects/iAMCustomRole:IAMCustomRole", "random:index/randomId:RandomId"),
         service="iam.googleapis.com",
         enabled_by=APIS,
         when="autostop",

@@ -8,7 +8,9 @@ Spellings are those of the pinned build (``infra/llama_cpp.py``): ``--load-mode 
 
 from __future__ import annotations
 
-from infra.config import StackConfig
+from typing import Any
+
+from infra.config import StackConfig, config_key
 
 PORT = 8080
 CONTAINER_MODEL_DIR = "/models"
@@ -66,3 +68,49 @@ def server_args(
         # Server-side tools run shell commands and write files on the VM: only on explicit request.
         args += ["--tools", ",".join(cfg.tools)]
     return args
+
+
+# ----------------------------------------------------------------------- first-boot calibration
+# The one switch the pinned build has over CUDA's fused kernels: "1" turns every fusion off.
+# https://github.com/ggml-org/llama.cpp/blob/master/ggml/src/ggml-cuda/ggml-cuda.cu (GGML_CUDA_DISABLE_FUSION)
+FUSION_ENV = "GGML_CUDA_DISABLE_FUSION"
+# MTP off and the draft lengths the first boot of a key measures (startup/calibrate.py).
+CALIBRATION_N_MAX = (0, 1, 2, 3)
+# The stack-config fields a calibration may decide; a value the stack file sets wins over it.
+CALIBRATED_FIELDS = ("spec_draft_n_max", "backend_sampling")
+CALIBRATION_SCHEMA = 1
+
+
+def calibration_candidates(
+    cfg: StackConfig, *, model_path: str, api_key_file: str | None, ctx_sizes: tuple[int, ...]
+) -> dict[str, Any]:
+    """Every argument list the calibration may start or choose, from :func:`server_args` alone:
+    one per (ctx size, n-max, GPU sampling), each the stack config with those two fields changed.
+    Fusion is an environment variable (``FUSION_ENV``), not a flag, so it adds no list."""
+    n_values = sorted(set(CALIBRATION_N_MAX) | {cfg.spec_draft_n_max})
+    entries = [
+        {
+            "ctx_size": ctx,
+            "n_max": n,
+            "gpu_sampling": sampling,
+            "args": server_args(
+                cfg.model_copy(update={"spec_draft_n_max": n, "backend_sampling": sampling}),
+                model_path=model_path,
+                api_key_file=api_key_file,
+                ctx_size=ctx,
+            ),
+        }
+        for ctx in dict.fromkeys(ctx_sizes)
+        for n in n_values
+        for sampling in (True, False)
+    ]
+    pinned = {name: getattr(cfg, name) for name in CALIBRATED_FIELDS if name in cfg.model_fields_set}
+    return {
+        "schema": CALIBRATION_SCHEMA,
+        "fusion_env": FUSION_ENV,
+        "calibrated_n_max": list(CALIBRATION_N_MAX),
+        "default": {"n_max": cfg.spec_draft_n_max, "gpu_sampling": cfg.backend_sampling},
+        "pinned": pinned,
+        "pinned_keys": {name: config_key(name) for name in pinned},
+        "candidates": entries,
+    }

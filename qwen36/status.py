@@ -168,7 +168,7 @@ class GroupApi:
         return self.reader.members(self.target)
 
     def guest_attributes(self, member: Member) -> dict[str, str]:
-        """The member's ``qwen36/`` guest attributes: the idle watcher's report and the boot's."""
+        """The member's guest attributes under ``qwen36/``: the boot report, the agents' reports."""
         return self.reader.guest_attributes(member.target(self.where.project))
 
 
@@ -208,6 +208,48 @@ def since_last_request(report: str | None, now: datetime) -> str:
     return f"last request {minutes} min ago ({last})"
 
 
+def serving(attributes: dict[str, str]) -> str:
+    """What the member serves and how fast: the calibration's choice from its boot report, and the
+    acceptance guard's last report (startup/accept_guard.py); '' when neither says anything."""
+    parts = []
+    fields = _fields(attributes.get(boot_protocol.KEY_REPORT))
+    if fields.get(boot_protocol.FIELD_FLAGS):
+        chosen = (
+            f"serving {fields[boot_protocol.FIELD_FLAGS]} ({fields.get(boot_protocol.FIELD_VERDICT, '?')}"
+        )
+        if fields.get(boot_protocol.FIELD_PINNED):
+            chosen += f"; {fields[boot_protocol.FIELD_PINNED]} from the stack config"
+        parts.append(chosen + ")")
+    guard = attributes.get(boot_protocol.KEY_ACCEPT)
+    live = _fields(guard)
+    if live:
+        state = guard.split(" ", 1)[0] if guard else ""
+        expect = live.get("expect", "none")
+        line = f"acceptance {_pct(live.get('acceptance'))}"
+        line += f" (verdict {_pct(expect)})" if expect != "none" else ""
+        line += f", decode {live.get('decode-tps', 'none')} tok/s since the server started"
+        if state in ("low", "stale"):
+            line += f"; recent acceptance {_pct(live.get('recent-acceptance'))}: {state}"
+        parts.append(line)
+    return "; ".join(parts)
+
+
+def _fields(report: str | None) -> dict[str, str]:
+    if not report:
+        return {}
+    try:
+        return boot_protocol.detail_fields(boot_protocol.parse_report(report).detail)
+    except boot_protocol.ReportFormatError:
+        return {}
+
+
+def _pct(value: str | None) -> str:
+    try:
+        return f"{float(value or ''):.1%}"
+    except ValueError:
+        return "n/a"
+
+
 def describe(api: GroupApi, now: datetime | None = None) -> str:
     status = classify(api.target_size(), api.members())
     line = f"{status.state}: {status.detail}"
@@ -215,6 +257,8 @@ def describe(api: GroupApi, now: datetime | None = None) -> str:
         now = now or datetime.now(UTC)
         attributes = api.guest_attributes(status.member)
         line += f"; {since_last_request(attributes.get(IDLE_KEY), now)}"
+        if extra := serving(attributes):
+            line += f"; {extra}"
         line += boot_figures(attributes.get(boot_protocol.KEY_REPORT))
     return line
 

@@ -604,8 +604,10 @@ step_server() {
   else
     args=("${SERVER_ARGS[@]}")
   fi
+  # The calibration's choice (step_calibrate): one of the rendered argument lists, and its env.
+  ((${#CALIB_ARGS[@]} == 0)) || args=("${CALIB_ARGS[@]}")
   opts=(--restart unless-stopped --gpus all -p "$SERVER_PORT:$SERVER_PORT"
-    -v "$SERVE_DIR:$CONTAINER_MODEL_DIR:ro")
+    -v "$SERVE_DIR:$CONTAINER_MODEL_DIR:ro" "${CALIB_ENV_OPTS[@]}")
   if [[ -n $API_KEY_SECRET ]]; then
     opts+=(-v "$KEY_FILE:$CONTAINER_API_KEY_FILE:ro")
   fi
@@ -700,6 +702,7 @@ step_ready() {
       local detail
       ready_figures
       detail="llama-server healthy $(seconds_since_boot) s after boot; $READY_FIGURES"
+      [[ -z $CALIB_FIELDS ]] || detail+="; $CALIB_FIELDS"
       if ((DEGRADED)); then
         detail+="; degraded: ECC is enabled, ctx-size $DEGRADED_CTX_SIZE"
       fi
@@ -737,6 +740,109 @@ step_ready() {
   fail "not healthy after $((HEALTH_FAST_POLLS * HEALTH_FAST_POLL_S + HEALTH_POLLS * HEALTH_POLL_S)) s; $(log_tail)"
 }
 
+# ------------------------------------------------------------------ the first-boot calibration
+# startup/calibrate.py: the verdict next to the model in the bucket decides the server's lossless
+# options (MTP n-max or off, CUDA fusion, GPU sampling); a boot that finds none for its key (build,
+# model sha256, GPU, driver, ECC mode, ctx size) measures them first, within CALIB_BUDGET_S, while
+# nothing is served yet: each candidate is a server of its own that needs the whole L4. A failed
+# or cut calibration is a warning: the stack config's own flags are served.
+CALIBRATE_TOOL="$BIN_DIR/calibrate.py"
+ACCEPT_GUARD_TOOL="$BIN_DIR/accept_guard.py"
+CALIB_DIR="$RUN_DIR/calibration"
+CALIB_PORT=${QWEN36_CALIB_PORT:-$((SERVER_PORT + 10))}
+CALIB_SLACK_S=60 # docker's starts and stops around the measurement's own bound
+CALIB_CONTAINER=qwen36-calibrate
+ACCEPT_UNIT=qwen36-accept-guard
+ACCEPT_POLL_S=60
+CALIB_ARGS=() CALIB_ENV_OPTS=() CALIB_FIELDS=""
+
+step_calibrate() {
+  CURRENT_PHASE=$PHASE_CALIBRATE
+  local ctx=$CTX_SIZE budget rc=0 started=$SECONDS line
+  local -a key=() gpu=()
+  ((DEGRADED == 0)) || ctx=$DEGRADED_CTX_SIZE
+  # The sandbox runs real servers at full speed: its override is in real seconds, not scaled.
+  budget=${QWEN36_CALIB_BUDGET_S:-$(scaled "$CALIB_BUDGET_S")}
+  # A GPU reset may have turned ECC off since step_driver read it; the key needs the mode now.
+  if read_gpu; then
+    gpu=(--gpu-name "$GPU_NAME" --driver-version "$GPU_DRIVER" --ecc-mode "$GPU_ECC")
+  fi
+  [[ -z $API_KEY_SECRET ]] || key=(--key-file "$KEY_FILE" --container-key-file "$CONTAINER_API_KEY_FILE")
+  install_agent qwen36_calibrate_tool "$CALIBRATE_TOOL"
+  rm -rf "$CALIB_DIR"
+  qwen36_calibration_candidates >"$CALIB_DIR.candidates.json"
+  timeout "$(awk -v b="$budget" -v s="$CALIB_SLACK_S" 'BEGIN { printf "%d", b + s + 1 }')" \
+    python3 "$CALIBRATE_TOOL" run --candidates "$CALIB_DIR.candidates.json" --out "$CALIB_DIR" \
+    --llama-cpp-build "$LLAMA_CPP_BUILD" --model-sha256 "$EXPECTED_SHA" --ctx-size "$ctx" "${gpu[@]}" \
+    --bucket "$MODEL_BUCKET" --verdict-object "$VERDICT_OBJECT" --metadata-url "$METADATA_URL" \
+    --writer "boot $BOOT_ID" --budget "$budget" --port "$CALIB_PORT" --image "$SERVER_IMAGE" \
+    --model-dir "$SERVE_DIR" --container-model-dir "$CONTAINER_MODEL_DIR" "${key[@]}" --defer-store || rc=$?
+  # A run cut short may leave its server holding the GPU.
+  if ((rc != 0)); then
+    timeout "$DOCKER_CMD_TIMEOUT_S" docker rm -f "$CALIB_CONTAINER" >/dev/null 2>&1 || true
+  fi
+  if ((rc != 0)) || [[ ! -s $CALIB_DIR/server-args || ! -f $CALIB_DIR/choice.env ]]; then
+    CALIB_FIELDS="$FIELD_VERDICT=default $FIELD_CALIBRATE_S=$((SECONDS - started))"
+    report "$PHASE_CALIBRATE" "calibration failed (exit $rc) after $((SECONDS - started)) s: serving the stack config's flags"
+    return 0
+  fi
+  # shellcheck source=/dev/null  # written by calibrate.py: shell-quoted assignments
+  source "$CALIB_DIR/choice.env"
+  mapfile -d '' -t CALIB_ARGS <"$CALIB_DIR/server-args"
+  while IFS= read -r line; do
+    [[ -z $line ]] || CALIB_ENV_OPTS+=(-e "$line")
+  done <"$CALIB_DIR/docker-env"
+  CALIB_FIELDS="$FIELD_FLAGS=$CALIB_CHOICE $FIELD_VERDICT=$CALIB_SOURCE $FIELD_CALIBRATE_S=$((SECONDS - started))"
+  [[ -z $CALIB_TOK_S ]] || CALIB_FIELDS+=" $FIELD_DECODE_TPS=$CALIB_TOK_S"
+  [[ -z $CALIB_ACCEPTANCE ]] || CALIB_FIELDS+=" $FIELD_ACCEPTANCE=$CALIB_ACCEPTANCE"
+  [[ -z $CALIB_PINNED ]] || CALIB_FIELDS+=" $FIELD_PINNED=$CALIB_PINNED"
+  report "$PHASE_CALIBRATE" "$CALIB_DETAIL; $((SECONDS - started)) s"
+}
+
+store_verdict() {
+  # A verdict this boot measured goes to the bucket only once the served file passed its sha256.
+  [[ -f $CALIB_DIR/pending-verdict.json ]] || return 0
+  # With the cold start this boot measured (the ready report's figures), so the verdict of a first
+  # boot says what its fetch and load took.
+  local -a facts=()
+  local word
+  for word in ${READY_FIGURES:-}; do
+    facts+=(--boot-fact "$word")
+  done
+  timeout "$CALIB_SLACK_S" python3 "$CALIBRATE_TOOL" store --out "$CALIB_DIR" --bucket "$MODEL_BUCKET" \
+    --verdict-object "$VERDICT_OBJECT" --metadata-url "$METADATA_URL" "${facts[@]}" \
+    || log "warning: the verdict was not stored"
+}
+
+start_accept_guard() {
+  # startup/accept_guard.py: live acceptance against the verdict's (it marks the verdict stale when
+  # it stays far below), and the acceptance and decode-rate metrics. A supervised unit; one that
+  # cannot start is a warning.
+  [[ -f $CALIB_DIR/expect.json ]] || { log "no calibration choice: the acceptance guard is not started"; return 0; }
+  if ! command -v systemd-run >/dev/null 2>&1; then
+    log "warning: no systemd-run; the acceptance guard is not running"
+    return 0
+  fi
+  install_agent qwen36_vm_agent_lib "$VM_AGENT_LIB"
+  install_agent qwen36_calibrate_tool "$CALIBRATE_TOOL"
+  install_agent qwen36_accept_guard_tool "$ACCEPT_GUARD_TOOL"
+  local -a key=()
+  [[ -z $API_KEY_SECRET ]] || key=(--key-file "$KEY_FILE")
+  if timeout "$SYSTEMCTL_TIMEOUT_S" systemctl is-active --quiet "$ACCEPT_UNIT"; then
+    timeout "$SYSTEMCTL_TIMEOUT_S" systemctl stop "$ACCEPT_UNIT" || log "warning: could not stop $ACCEPT_UNIT"
+  fi
+  if timeout "$SYSTEMCTL_TIMEOUT_S" systemd-run --quiet --collect --unit="$ACCEPT_UNIT" -p Restart=on-failure \
+    -p RestartSec="$IDLE_RESTART_S" "$(command -v python3)" "$ACCEPT_GUARD_TOOL" --metrics-url "$IDLE_METRICS_URL" \
+    "${key[@]}" --expect-file "$CALIB_DIR/expect.json" --key-json "$CALIB_DIR/key.json" \
+    --bucket "$MODEL_BUCKET" --verdict-object "$VERDICT_OBJECT" --metadata-url "$METADATA_URL" \
+    --acceptance-metric "$ACCEPTANCE_METRIC_TYPE" --decode-metric "$DECODE_RATE_METRIC_TYPE" \
+    --poll-seconds "$ACCEPT_POLL_S" --report-interval-seconds "$ACCEPT_REPORT_INTERVAL_S"; then
+    log "acceptance guard $ACCEPT_UNIT started"
+  else
+    log "warning: could not start the acceptance guard $ACCEPT_UNIT"
+  fi
+}
+
 serve_and_check() {
   # The model, the server, readiness, then the full sha256 of the served file after the server is
   # up. A file that fails it took the server out of service; it is fetched again from another
@@ -746,6 +852,7 @@ serve_and_check() {
     prepare_in_parallel $((attempt == 1))
     # shellcheck source=/dev/null  # written by prepare_model in its parallel job
     source "$MODEL_STATE"
+    ((attempt > 1)) || step_calibrate
     step_server
     step_ready
     CURRENT_PHASE=$PHASE_MODEL
@@ -753,6 +860,7 @@ serve_and_check() {
       [[ $SERVE_DIR != "$MODEL_RAM_DIR" ]] || printf '%s' "$EXPECTED_SHA" >"$RAM_MARKER"
       return 0
     fi
+    rm -f "$CALIB_DIR/pending-verdict.json" # measured on the file that failed its hash: never stored
     ((attempt < MODEL_ATTEMPTS)) || fail "the served model failed its sha256 check after $MODEL_ATTEMPTS fetches"
   done
 }
@@ -834,8 +942,10 @@ main() {
   step_driver
   step_ecc
   serve_and_check
+  store_verdict
   start_metrics_publisher
   start_idle_watch
+  start_accept_guard
   complete_metadata
   keep_disk_copy
   self_stage

@@ -79,6 +79,51 @@ class WorkloadResult:
         return drafts[0] / drafts[1]
 
 
+# llama-server's /metrics counters (tools/server, --metrics) behind the server's own figures.
+SERVER_COUNTERS = {
+    "drafted": "llamacpp:spec_decode_num_draft_tokens_total",
+    "accepted": "llamacpp:spec_decode_num_accepted_tokens_total",
+    "tokens": "llamacpp:tokens_predicted_total",
+    "seconds": "llamacpp:tokens_predicted_seconds_total",
+}
+
+
+@dataclass(frozen=True)
+class ServerCounters:
+    drafted: float
+    accepted: float
+    tokens: float
+    seconds: float
+
+    @classmethod
+    def parse(cls, text: str) -> ServerCounters | None:
+        """The counters from Prometheus text; None without the decode ones (no --metrics)."""
+        values: dict[str, float] = {}
+        for line in text.splitlines():
+            name, _, rest = line.partition(" ")
+            if rest and not line.startswith("#"):
+                values[name] = float(rest.split()[0])
+        if SERVER_COUNTERS["tokens"] not in values or SERVER_COUNTERS["seconds"] not in values:
+            return None
+        return cls(**{field: values.get(name, 0.0) for field, name in SERVER_COUNTERS.items()})
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted > 0 else None
+
+    @property
+    def decode_tps(self) -> float | None:
+        return self.tokens / self.seconds if self.seconds > 0 else None
+
+    def since(self, earlier: ServerCounters) -> ServerCounters:
+        return ServerCounters(
+            self.drafted - earlier.drafted,
+            self.accepted - earlier.accepted,
+            self.tokens - earlier.tokens,
+            self.seconds - earlier.seconds,
+        )
+
+
 @dataclass
 class BenchResult:
     url: str
@@ -87,6 +132,16 @@ class BenchResult:
     planned: int
     workloads: list[WorkloadResult] = field(default_factory=list)
     error: EndpointError | None = None
+    # The server's own /metrics at the start and the end of the run (None where it has none).
+    server_before: ServerCounters | None = None
+    server_after: ServerCounters | None = None
+
+    @property
+    def server_run(self) -> ServerCounters | None:
+        """What the server counted during this run (every client's requests, not only ours)."""
+        if self.server_before is None or self.server_after is None:
+            return None
+        return self.server_after.since(self.server_before)
 
     @property
     def measured(self) -> list[WorkloadResult]:
@@ -142,6 +197,7 @@ def run_bench(
     step = on_request or (lambda _label: None)
     try:
         client.check_health()
+        result.server_before = _server_counters(client)
         if warmup:
             client.chat(WARMUP_PROMPT, min(max_tokens, WARMUP_MAX_TOKENS))
             step("warm-up")
@@ -151,6 +207,15 @@ def run_bench(
             for rep in range(reps):
                 current.samples.append(client.chat(workload.prompt(rep), max_tokens))
                 step(f"{workload.name} {rep + 1}/{reps}")
+        result.server_after = _server_counters(client)
     except EndpointError as exc:
         result.error = exc
     return result
+
+
+def _server_counters(client: Client) -> ServerCounters | None:
+    """The server's /metrics counters, or None where it serves none (started without --metrics)."""
+    try:
+        return ServerCounters.parse(client.metrics())
+    except EndpointError:
+        return None

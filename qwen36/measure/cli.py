@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from qwen36.measure.launcher import Launcher
     from qwen36.measure.tune import TuneResult
 
-SWEEPS = ("n-max", "p-min", "parallel", "ctx", "fusion")
+SWEEPS = ("n-max", "p-min", "parallel", "ctx", "fusion", "calibrate")
 # fusion (GGML_CUDA_DISABLE_FUSION) matters on CUDA only: asked for by name, not part of the default.
 DEFAULT_SWEEPS = ("n-max", "p-min", "parallel", "ctx")
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
@@ -227,6 +227,16 @@ def register(subparsers: Any) -> None:
     tune.add_argument("--workloads", type=_csv(str))
     tune.add_argument("--timeout", type=_positive(float), default=DEFAULT_REQUEST_TIMEOUT_S)
     tune.add_argument("--json", nargs="?", const="-", metavar="PATH")
+    cal = tune.add_argument_group(
+        "calibrate", "--sweep calibrate: the boot's own calibration (startup/calibrate.py), run here"
+    )
+    cal.add_argument("--budget", type=_positive(float), help="seconds (default: the boot's bound, 120)")
+    cal.add_argument(
+        "--write-verdict", action="store_true", help="store the result as the bucket's verdict for every boot"
+    )
+    cal.add_argument("--bucket", help="the model bucket (stack output modelBucket)")
+    cal.add_argument("--model-sha256", help="the model file's sha256 (default: the config's, else hashed)")
+    cal.add_argument("--gpu", nargs=3, metavar=("NAME", "DRIVER", "ECC"), help="default: from nvidia-smi")
     tune.set_defaults(func=cmd_tune)
 
 
@@ -255,6 +265,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _emit(args.json, json.dumps(report.bench_json(result), indent=2) + "\n")
     _emit(args.markdown, report.bench_markdown(result))
     warn = _stderr()
+    if not machine_output and (line := report.server_line(result)) is not None:
+        _stdout().print(line, markup=False, highlight=False)
     for note in result.notes:
         warn.print(f"note: {note}", markup=False, highlight=False)
     if args.png is not None and (problem := report.bench_png(result, args.png)):
@@ -422,6 +434,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from qwen36.measure import report
     from qwen36.measure.workloads import select
 
+    if args.sweep and "calibrate" in args.sweep:
+        return cmd_calibrate(args)
     try:
         base = base_config(args.config, args.set)
         launcher = make_launcher(args)
@@ -453,4 +467,43 @@ def cmd_tune(args: argparse.Namespace) -> int:
             out.print(f"note: with these values `pulumi up` would refuse the config: {problem}", markup=False)
     if not result.winners and not any(t.ok for t in result.fusion):
         return _fail("no setting could be measured: see the FAILED rows above")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """The calibration the first boot of a key runs, here; with --write-verdict its verdict is the
+    one every later boot and fleet member reads (written the boot's way: temporary object, check,
+    promotion over the generation read)."""
+    from infra.config import ConfigError
+    from qwen36.measure import tune
+
+    if len(args.sweep) > 1:
+        return _fail("--sweep calibrate runs alone (it measures n-max, fusion and GPU sampling itself)")
+    if args.write_verdict and not args.bucket:
+        return _fail("--write-verdict needs --bucket (the stack output modelBucket)")
+    try:
+        base = base_config(args.config, args.set)
+        runner = tune.calibration_runner(args, base)
+        key = tune.calibration_key(args, base)
+    except (ConfigError, ValueError, OSError) as exc:
+        return _fail(str(exc))
+    err = _stderr()
+    doc = tune.run_calibration(
+        base, runner, key, budget_s=args.budget, max_tokens=args.max_tokens,
+        say=lambda line: err.print(f"tune: {line}", markup=False, highlight=False),
+    )  # fmt: skip
+    calibrate = tune.startup_calibrate()
+    if args.json == "-":
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+    else:
+        _emit(args.json, json.dumps(doc, indent=1) + "\n")
+        print(calibrate.table(doc))
+    if doc["winner"] is None:
+        return _fail("no candidate was measured to the end: see the table")
+    if args.write_verdict:
+        try:
+            uri = tune.write_verdict(doc, base, args.bucket)
+        except (calibrate.GcsError, calibrate.ConflictError, OSError) as exc:
+            return _fail(f"the verdict was not written: {exc}")
+        print(f"verdict written to {uri}: every boot of this key uses it from now on")
     return 0

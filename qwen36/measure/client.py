@@ -193,6 +193,10 @@ class Client:
         """Raise unless /health says ok (it is open even when the server wants a key)."""
         self._request("GET", "/health", timeout=HEALTH_TIMEOUT_S)
 
+    def metrics(self) -> str:
+        """llama-server's Prometheus text (``--metrics``; behind the API key when it has one)."""
+        return self._request("GET", "/metrics", timeout=HEALTH_TIMEOUT_S).text
+
     def slot_context(self) -> int:
         """Tokens one slot can hold (``meta.n_ctx`` of /v1/models: per slot, capped at n_ctx_train)."""
         data = self._request("GET", "/v1/models").json()

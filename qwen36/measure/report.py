@@ -100,7 +100,34 @@ def bench_json(result: BenchResult) -> dict[str, Any]:
         "complete": result.error is None and result.completed == result.planned,
         "error": _error(result.error),
         "notes": result.notes,
+        "server": _server(result),
     }
+
+
+def _server(result: BenchResult) -> dict[str, Any] | None:
+    """The server's own /metrics: over this run and since it started."""
+    run, total = result.server_run, result.server_after
+    if run is None or total is None:
+        return None
+    return {
+        "run_acceptance": _r(run.acceptance, 4),
+        "run_decode_tps": _r(run.decode_tps),
+        "run_drafted": int(run.drafted),
+        "lifetime_acceptance": _r(total.acceptance, 4),
+        "lifetime_decode_tps": _r(total.decode_tps),
+    }
+
+
+def server_line(result: BenchResult) -> str | None:
+    """One line of the server's own acceptance and decode rate (its /metrics), or None."""
+    doc = _server(result)
+    if doc is None:
+        return None
+    return (
+        f"server /metrics over this run: acceptance {_pct(doc['run_acceptance'])}, decode "
+        f"{_fmt(doc['run_decode_tps'])} tok/s; since it started: acceptance "
+        f"{_pct(doc['lifetime_acceptance'])}, decode {_fmt(doc['lifetime_decode_tps'])} tok/s"
+    )
 
 
 def bench_table(result: BenchResult) -> Table:

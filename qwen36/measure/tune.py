@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.config import ConfigError, StackConfig, config_key, parse_config
+from infra.server_args import FUSION_ENV
 from qwen36.measure.bench import run_bench
 from qwen36.measure.client import Client, EndpointError
 from qwen36.measure.launcher import Launcher, LaunchError, last_lines
@@ -27,11 +28,9 @@ FILL_GEN_TOKENS = 8
 FILL_MARGIN = 8
 REQUESTS_PER_SLOT = 2
 FILL_TEXT = " the"
-# The one switch left in the pinned build over CUDA's fused kernels: "1" turns every fusion off.
+# The one switch left in the pinned build over CUDA's fused kernels (infra/server_args.py).
 # Public reports say a MoE fusion can cut MTP draft acceptance on Qwen3.6-35B-A3B; the sweep puts
 # acceptance and tok/s side by side with fusion on and off, so one run on an L4 settles it.
-# https://github.com/ggml-org/llama.cpp/blob/master/ggml/src/ggml-cuda/ggml-cuda.cu (GGML_CUDA_DISABLE_FUSION)
-FUSION_ENV = "GGML_CUDA_DISABLE_FUSION"
 FUSION_VALUES = ("0", "1")
 
 Progress = Callable[[str], None]
@@ -326,3 +325,113 @@ def search_ctx(
             else:
                 bad = mid
     return probes, good * resolution, good == k_high
+
+
+# ------------------------------------------------------------------- the boot's calibration, here
+
+
+def startup_calibrate() -> Any:
+    """startup/calibrate.py, the VM's own module (standard library only, importing no other room),
+    imported by name at run time: the type checker checks it as the VM runs it, a top-level module
+    beside the agents, and one file may not be two modules to it."""
+    import importlib
+
+    return importlib.import_module("startup.calibrate")
+
+
+def calibration_runner(args: Any, base: StackConfig) -> Any:
+    """startup/calibrate.py's own runners: a local llama-server, or the pinned image on the VM."""
+    import shutil
+    from pathlib import Path
+
+    from infra.llama_cpp import server_image
+    from infra.server_args import CONTAINER_API_KEY_FILE, CONTAINER_MODEL_DIR
+    from qwen36.measure.launcher import VM_API_KEY_FILE, VM_MODEL_DIR, free_port
+
+    calibrate = startup_calibrate()
+
+    if args.launcher == "local":
+        if args.model is None:
+            raise ValueError("--launcher local needs --model PATH (the GGUF file)")
+        binary = args.server_bin or (Path(found) if (found := shutil.which("llama-server")) else None)
+        if binary is None:
+            raise ValueError("no llama-server on PATH: pass --server-bin")
+        return calibrate.LocalRunner(str(binary), str(args.model), free_port())
+    model_dir = args.model_dir or VM_MODEL_DIR
+    if not model_dir.is_dir():
+        raise ValueError(f"no model folder {model_dir}: run tune on the VM, or pass --model-dir")
+    key_file = args.api_key_file or (VM_API_KEY_FILE if VM_API_KEY_FILE.is_file() else None)
+    runner = calibrate.DockerRunner(
+        server_image(base.llama_cpp_build), str(model_dir), CONTAINER_MODEL_DIR, free_port(),
+        str(key_file) if key_file else None, CONTAINER_API_KEY_FILE if key_file else None,
+    )  # fmt: skip
+    runner.free_gpu()
+    return runner
+
+
+def calibration_key(args: Any, base: StackConfig) -> Any:
+    import hashlib
+
+    calibrate = startup_calibrate()
+
+    sha = args.model_sha256 or base.model_sha256
+    if not sha and args.model is not None:
+        digest = hashlib.sha256()
+        with args.model.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 24), b""):
+                digest.update(block)
+        sha = digest.hexdigest()
+    if not sha:
+        raise ValueError("give --model-sha256 (or modelSha256 in the config): the verdict's key needs it")
+    name, driver, ecc = args.gpu if args.gpu else calibrate.gpu_identity()
+    return calibrate.Key(base.llama_cpp_build, sha, name, driver, ecc, base.ctx_size)
+
+
+def run_calibration(
+    base: StackConfig, runner: Any, key: Any, *, budget_s: float | None, max_tokens: int, say: Progress
+) -> dict[str, Any]:
+    """The verdict document of one calibration with ``base``'s arguments (infra/server_args.py)."""
+    from infra.server_args import calibration_candidates, container_model_path
+
+    calibrate = startup_calibrate()
+
+    doc = calibration_candidates(
+        base, model_path=container_model_path(base), api_key_file=None, ctx_sizes=(base.ctx_size,)
+    )
+    entries = {(e["n_max"], e["gpu_sampling"]): e["args"] for e in doc["candidates"]}
+    plan = calibrate.Plan(first_n_max=base.spec_draft_n_max)
+    result = calibrate.calibrate(
+        key, plan, lambda c: list(entries[(c.n_max, c.gpu_sampling)]), runner,
+        budget_s=budget_s or calibrate.DEFAULT_BUDGET_S, max_tokens=max_tokens, say=say,
+    )  # fmt: skip
+    return result.verdict(writer="python -m qwen36 tune --sweep calibrate")
+
+
+def write_verdict(doc: dict[str, Any], base: StackConfig, bucket: str) -> str:
+    """Stores ``doc`` as the bucket's verdict with the deployer's application-default credentials."""
+    import os
+
+    import google.auth
+    import google.auth.transport.requests
+
+    from infra.model_cache import verdict_object_name
+
+    calibrate = startup_calibrate()
+
+    def token() -> str | None:
+        # Against an emulator (STORAGE_EMULATOR_HOST) no credentials, as Google's client libraries do.
+        if os.environ.get("STORAGE_EMULATOR_HOST"):
+            return None
+        if not credentials.valid:
+            credentials.refresh(google.auth.transport.requests.Request())
+        return str(credentials.token)
+
+    if not os.environ.get("STORAGE_EMULATOR_HOST"):
+        credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/devstorage.read_write"])
+
+    store = calibrate.VerdictStore(
+        calibrate.Gcs(calibrate.Gcs.default_url(), token), bucket, verdict_object_name(base)
+    )
+    _, generation = store.load()
+    store.save(doc, generation)
+    return store.uri

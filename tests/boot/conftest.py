@@ -27,7 +27,11 @@ from tests.boot.world import (
     SandboxFactory,
     config,
     create_bucket,
+    default_candidate,
+    sandbox_key,
     stage,
+    stage_verdict,
+    verdict_for,
 )
 from tests.cache.hf_server import HfServer
 
@@ -62,7 +66,8 @@ def hub(model: Model) -> Iterator[HfServer]:
 @pytest.fixture
 def make_sandbox(tmp_path: Path, gcs: str, hub: HfServer, model: Model) -> Iterator[SandboxFactory]:
     """Build a fresh VM; ``cached=True`` stages the model (``served``, else the random one) in its
-    own bucket first; the hub always holds the random one."""
+    own bucket first; the hub always holds the random one. ``verdict=True`` stages a calibration
+    verdict for the boot's key (ECC off, the stack's ctx) that picks the stack's own flags."""
     made: list[Sandbox] = []
     metadata = MetadataServer().__enter__()
 
@@ -72,6 +77,7 @@ def make_sandbox(tmp_path: Path, gcs: str, hub: HfServer, model: Model) -> Itera
         cfg: StackConfig | None = None,
         api_key: bool = True,
         served: Model | None = None,
+        verdict: bool = True,
         **kwargs: Any,
     ) -> Sandbox:
         served = served or model
@@ -81,6 +87,10 @@ def make_sandbox(tmp_path: Path, gcs: str, hub: HfServer, model: Model) -> Itera
             stage(gcs, bucket, model_object_name(cfg), served.path, served.sha256)
         else:
             create_bucket(gcs, bucket)
+        if verdict:
+            # Every boot but the first of a key finds a verdict; ``verdict=False`` is that first.
+            key = sandbox_key(cfg, served.sha256)
+            stage_verdict(gcs, bucket, cfg, verdict_for(key, default_candidate(cfg)))
         script = render_boot_script(
             cfg, bucket=bucket, api_key_secret=SECRET if api_key else None, project=PROJECT_ID
         )

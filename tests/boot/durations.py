@@ -24,6 +24,9 @@ class Durations:
     load_disk_warm: float = c.LOAD_WARM_CACHE_S
     load_disk_cold: float = c.LOAD_COLD_DISK_S
     gcloud: float = c.SECRET_READ_S
+    # A multiplier, not seconds: 1 plays the stand-in's calibration requests at their modelled speed
+    # (tests/boot/fake_container.py: 73 tok/s plain, MTP acceptance 0.85/0.7/0.55).
+    decode: float = 1.0
 
     def stub_delays(self, scale: float) -> dict[str, float]:
         """The stubs' sleeps in real seconds (the reboot and the hub download are timed elsewhere)."""

@@ -18,6 +18,7 @@ import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 BIND_ATTEMPTS = 100
 BIND_RETRY_S = 0.05
@@ -31,12 +32,44 @@ srv    load_model: failed to load model
 main: exiting due to model loading error"""
 
 
+# A decode-speed model for the calibration's requests (not a measurement): plain decode at the
+# original write-up's measured 73 tok/s (ECC off), MTP with per-position acceptance 0.85, 0.7,
+# 0.55 and a verify step costing 1.5 + 0.2 x n-max plain steps (n-max 2 then gives ~94 tok/s, in
+# the original's 91-99), GPU sampling 3 % faster, fusion off 5 % slower. ``gpu.decode`` in the
+# host state replaces any of these (a test's model whose drafts are never accepted, say).
+DECODE = {
+    "plain_tps": 73.0,
+    "acceptance": [0.85, 0.7, 0.55],
+    "verify_base": 1.5,
+    "verify_per_draft": 0.2,
+    "gpu_sampling_gain": 0.03,
+    "fusion_off_cost": 0.05,
+}
+FUSION_ENV = "GGML_CUDA_DISABLE_FUSION"
+
+
+def decode(model: dict[str, Any], n_max: int, gpu_sampling: bool, fusion: bool) -> tuple[float, float]:
+    """(tok/s, tokens per decode step) of a server with these options under the speed model."""
+    per_step, accepted_all = 1.0, 1.0
+    for position in range(n_max):
+        rates = model["acceptance"]
+        accepted_all *= rates[position] if position < len(rates) else 0.0
+        per_step += accepted_all
+    cost = 1.0 if n_max == 0 else model["verify_base"] + model["verify_per_draft"] * n_max
+    rate = model["plain_tps"] * per_step / cost
+    rate *= 1 + model["gpu_sampling_gain"] if gpu_sampling else 1.0
+    rate /= 1.0 if fusion else 1 + model["fusion_off_cost"]
+    return rate, per_step
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--model", required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--ctx-size", type=int, required=True)
     parser.add_argument("--api-key-file")
+    parser.add_argument("--spec-draft-n-max", type=int, default=0)
+    parser.add_argument("--backend-sampling", action="store_true")
     args, _ = parser.parse_known_args()
     model = Path(args.model)
     loaded_at = time.time()
@@ -49,6 +82,7 @@ def main() -> int:
         "sha256": sha,
         "ctx_size": args.ctx_size,
         "api_key_file": bool(args.api_key_file and Path(args.api_key_file).is_file()),
+        "container": os.environ.get("QWEN36_SANDBOX_CONTAINER", ""),
     }
     with loads_log.open("a") as log:
         log.write(json.dumps(entry) + "\n")
@@ -83,8 +117,69 @@ def main() -> int:
             with loads_log.open("a") as log:
                 log.write(json.dumps({**entry, "t": time.time(), "event": "healthy"}) + "\n")
 
+    model = {**DECODE, **gpu.get("decode", {})}
+    fusion = os.environ.get(FUSION_ENV, "") != "1"
+    counters = {"tokens": 0.0, "seconds": 0.0, "drafted": 0.0, "accepted": 0.0}
+
+    def chat(body: dict[str, Any]) -> dict[str, Any]:
+        tokens = int(body.get("max_tokens", 16))
+        rate, per_step = decode(
+            model, args.spec_draft_n_max, bool(body.get("backend_sampling", args.backend_sampling)), fusion
+        )
+        # The decode takes its simulated time at the sandbox's scale (delays "decode", tests/boot/
+        # durations.py; absent in the tests: no wait).
+        time.sleep(tokens / rate * float(delays.get("decode", 0)))
+        timings: dict[str, Any] = {
+            "prompt_n": 24, "prompt_ms": 50.0, "prompt_per_second": 480.0,
+            "predicted_n": tokens, "predicted_ms": tokens / rate * 1000.0, "predicted_per_second": rate,
+        }  # fmt: skip
+        if args.spec_draft_n_max:
+            steps = tokens / per_step
+            timings["draft_n"] = round(steps * args.spec_draft_n_max)
+            timings["draft_n_accepted"] = round(tokens - steps)
+            counters["drafted"] += timings["draft_n"]
+            counters["accepted"] += timings["draft_n_accepted"]
+        counters["tokens"] += tokens
+        counters["seconds"] += tokens / rate
+        return {"choices": [{"message": {"role": "assistant", "content": "a" * tokens}}], "timings": timings}
+
     class Handler(BaseHTTPRequestHandler):
+        def _json(self, status: int, doc: dict[str, Any]) -> None:
+            body = json.dumps(doc).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            if time.time() < ready_at:
+                self._json(503, {"error": {"message": "Loading model", "code": 503}})
+            elif self.path == "/v1/chat/completions":
+                self._json(200, chat(body))
+            else:
+                self.send_error(404)
+
         def do_GET(self) -> None:
+            if self.path == "/metrics" and time.time() >= ready_at:
+                # llama-server's names (tools/server: --metrics), the counters the guard reads.
+                text = "".join(
+                    f"llamacpp:{name} {value}\n"
+                    for name, value in (
+                        ("tokens_predicted_total", counters["tokens"]),
+                        ("tokens_predicted_seconds_total", counters["seconds"]),
+                        ("spec_decode_num_draft_tokens_total", counters["drafted"]),
+                        ("spec_decode_num_accepted_tokens_total", counters["accepted"]),
+                    )
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(text)))
+                self.end_headers()
+                self.wfile.write(text)
+                return
             if self.path not in ("/health", "/v1/health"):
                 self.send_error(404)
                 return

@@ -427,9 +427,12 @@ class Sandbox:
         lines = (self.host / "calls.jsonl").read_text().splitlines()
         return [json.loads(line) for line in lines]
 
-    def loads(self) -> list[dict[str, Any]]:
+    def loads(self, container: str | None = "llama-server") -> list[dict[str, Any]]:
+        """The stand-in's loads of the production container (``None``: every container's, the
+        calibration's servers included)."""
         lines = (self.host / "loads.jsonl").read_text().splitlines()
-        return [json.loads(line) for line in lines]
+        entries = [json.loads(line) for line in lines]
+        return [e for e in entries if container is None or e.get("container") == container]
 
     def containers(self) -> dict[str, Any]:
         containers: dict[str, Any] = self.host_state()["docker"]["containers"]

@@ -401,7 +401,7 @@ def pip(argv: list[str]) -> int:
 def _split_run(argv: list[str]) -> tuple[dict[str, Any], str, list[str]]:
     """docker run's own options, the image, and the command's arguments."""
     opts: dict[str, Any] = {"labels": {}, "volumes": [], "ports": [], "restart": "no", "name": None}
-    takes_value = {"--name", "--label", "--restart", "--gpus", "-p", "-v"}
+    takes_value = {"--name", "--label", "--restart", "--gpus", "-p", "-v", "-e"}
     i = 0
     while i < len(argv) and argv[i].startswith("-"):
         flag = argv[i]
@@ -418,6 +418,8 @@ def _split_run(argv: list[str]) -> tuple[dict[str, Any], str, list[str]]:
             opts["volumes"].append(value)
         elif flag == "-p":
             opts["ports"].append(value)
+        elif flag == "-e":
+            opts.setdefault("env", []).append(value)
         else:
             opts[flag.lstrip("-")] = value
         i += 2
@@ -436,6 +438,12 @@ def start_container(container: dict[str, Any]) -> None:
     """Start the container's process: the fake server, or the real llama-server in "llama" mode."""
     args = list(container["args"])
     port = os.environ["QWEN36_SANDBOX_HTTP_PORT"]
+    # A port published on loopback only (`-p 127.0.0.1:HOST:CONTAINER`, the calibration's servers)
+    # is that host port; the production container's `-p 8080:8080` is the sandbox's one port.
+    for spec in container["ports"]:
+        parts = spec.split(":")
+        if len(parts) == 3 and parts[0] == "127.0.0.1":
+            port = parts[1]
     log = (HOST / "containers" / f"{container['name']}.log").open("a")
     binary = os.environ.get("QWEN36_SANDBOX_LLAMA_SERVER", "")
     mapped = [_host_path(container, a) if a.startswith("/") else a for a in args]
@@ -449,9 +457,11 @@ def start_container(container: dict[str, Any]) -> None:
     exit_file.unlink(missing_ok=True)
     # Its own session: the container outlives the boot script, as docker's containers do. The
     # supervisor (containerd's shim, here) keeps the process's exit code for `docker inspect`.
+    env = {**os.environ, **dict(e.split("=", 1) for e in container.get("env", []))}
+    env["QWEN36_SANDBOX_CONTAINER"] = container["name"]
     process = subprocess.Popen(
         [sys.executable, "-S", __file__, "_supervise", str(exit_file), *command],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
     )  # fmt: skip
     container["pid"] = process.pid
     container["running"] = True

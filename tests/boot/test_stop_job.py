@@ -55,9 +55,12 @@ jobs=()
 for job in "${{jobs[@]}}"; do process_tree "$job"; done >tree
 stop_job "${{jobs[@]}}"
 """
+    # From a file: the rendered script is longer than one command-line argument may be (128 KiB).
+    functions = tmp_path / "functions.sh"
+    functions.write_text(_functions())
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-c", SLOW_REAPER, "bash", "-c", _functions() + snippet],
+        [sys.executable, "-c", SLOW_REAPER, "bash", "-c", f"source {functions}\n{snippet}"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from infra.config import StackConfig
+from infra.model_cache import verdict_object_name
+from startup import calibrate
 from tests.boot import gcs_rest
 from tests.boot.sandbox import Sandbox
 
@@ -23,6 +25,10 @@ API_KEY = "sk-sandbox-" + "7f3e9a" * 6
 MODEL_REPO = "unsloth/Qwen3.6-35B-A3B-MTP-GGUF"
 MODEL_FILE = "Qwen3.6-35B-A3B-UD-Q4_K_XL.gguf"
 MODEL_BYTES = 3 * 1024 * 1024 + 17
+STAGED = "staged by the test world"
+# What the sandbox's nvidia-smi says (tests/boot/stubs.py), for a verdict's key.
+GPU_NAME = "NVIDIA L4"
+GPU_DRIVER = "580.95.05"
 
 # make_sandbox(cached=..., cfg=..., api_key=..., served=..., **Sandbox fields) -> Sandbox
 SandboxFactory = Callable[..., Sandbox]
@@ -77,3 +83,43 @@ def config(model: Model, **overrides: Any) -> StackConfig:
         **overrides,
     }
     return StackConfig(**values)
+
+
+def sandbox_key(
+    cfg: StackConfig, sha256: str, *, ecc: str = "Disabled", ctx_size: int | None = None
+) -> calibrate.Key:
+    """The key a sandbox boot computes: the stack's build and ctx, the sandbox's GPU, ECC off."""
+    ctx = cfg.ctx_size if ctx_size is None else ctx_size
+    return calibrate.Key(cfg.llama_cpp_build, sha256, GPU_NAME, GPU_DRIVER, ecc, ctx)
+
+
+def verdict_for(key: calibrate.Key, winner: calibrate.Candidate, tok_s: float = 90.0) -> dict[str, Any]:
+    """A verdict as a calibration that measured only ``winner`` (at ``tok_s``) would write it."""
+    samples = {i: calibrate.Sample(64, 64 / tok_s * 1000.0, 128, 100) for i in range(len(calibrate.PROMPTS))}
+    result = calibrate.Result(winner, samples, status="measured")
+    measured = calibrate.Calibration(key, [result], calibrate.Noise(), 1.0, 120.0, [0.1], 64)
+    return measured.verdict(writer=STAGED)
+
+
+def stage_verdict(gcs_endpoint: str, bucket: str, cfg: StackConfig, doc: dict[str, Any]) -> None:
+    """The verdict object where a calibration leaves it (its content type and bytes as written)."""
+    create_bucket(gcs_endpoint, bucket)
+    data = json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
+    gcs_rest.upload(gcs_endpoint, bucket, verdict_object_name(cfg), data, {})
+
+
+def read_verdict(gcs_endpoint: str, bucket: str, cfg: StackConfig) -> dict[str, Any] | None:
+    try:
+        meta = gcs_rest.get_object(gcs_endpoint, bucket, verdict_object_name(cfg))
+    except gcs_rest.GcsError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    size = int(meta["size"])
+    data = gcs_rest.read_range(gcs_endpoint, bucket, verdict_object_name(cfg), meta["generation"], 0, size)
+    doc: dict[str, Any] = json.loads(data)
+    return doc
+
+
+def default_candidate(cfg: StackConfig) -> calibrate.Candidate:
+    return calibrate.Candidate(cfg.spec_draft_n_max, True, cfg.backend_sampling)

@@ -211,12 +211,24 @@ def test_identity_is_dedicated_and_least_privilege(deployed: Deployment) -> None
         (bucket_name, "roles/storage.objectViewer", member),
         (bucket_name, "roles/storage.objectUser", member),
     }
-    # Writing is held to the one model object (replace a bad copy, complete its metadata).
-    (writer,) = [b for b in deployed.of_type(BUCKET_IAM) if b.inputs["role"] == "roles/storage.objectUser"]
-    assert writer.inputs["condition"]["expression"] == (
-        f'resource.name == "projects/_/buckets/{bucket_name}/objects/'
-        'models/unsloth/Qwen3.6-35B-A3B-MTP-GGUF/Qwen3.6-35B-A3B-UD-Q4_K_XL.gguf"'
+    # Writing is held to the one model object (replace a bad copy, complete its metadata) and to
+    # the calibration verdict next to it with its temporary copies (startup/calibrate.py).
+    writers = {
+        b.inputs["condition"]["title"]: b.inputs["condition"]["expression"]
+        for b in deployed.of_type(BUCKET_IAM)
+        if b.inputs["role"] == "roles/storage.objectUser"
+    }
+    model = (
+        f"projects/_/buckets/{bucket_name}/objects/"
+        "models/unsloth/Qwen3.6-35B-A3B-MTP-GGUF/Qwen3.6-35B-A3B-UD-Q4_K_XL.gguf"
     )
+    assert writers == {
+        "model-object-only": f'resource.name == "{model}"',
+        "calibration-verdict-only": (
+            f'resource.name == "{model}.verdict.json" '
+            f'|| resource.name.startsWith("{model}.verdict.json.tmp-")'
+        ),
+    }
     (reader,) = [b for b in deployed.of_type(BUCKET_IAM) if b.inputs["role"] == "roles/storage.objectViewer"]
     assert "condition" not in reader.inputs
     project_grants = {
@@ -241,9 +253,15 @@ def test_identity_is_dedicated_and_least_privilege(deployed: Deployment) -> None
     }
 
 
-def test_without_self_staging_the_vm_only_reads_the_bucket() -> None:
+def test_without_self_staging_the_vm_only_reads_the_bucket_and_writes_the_verdict() -> None:
     d = deploy("dev", {"selfStageModel": False})
-    assert [b.inputs["role"] for b in d.of_type(BUCKET_IAM)] == ["roles/storage.objectViewer"]
+    grants = [
+        (b.inputs["role"], (b.inputs.get("condition") or {}).get("title")) for b in d.of_type(BUCKET_IAM)
+    ]
+    assert grants == [
+        ("roles/storage.objectViewer", None),
+        ("roles/storage.objectUser", "calibration-verdict-only"),
+    ]
 
 
 def test_api_key_generated_stored_and_readable_by_the_server_only(deployed: Deployment) -> None:
