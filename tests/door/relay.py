@@ -8,6 +8,7 @@ listens behind it (the VM still booting), it accepts and closes at once.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import threading
@@ -99,8 +100,6 @@ class Relay:
 
 
 def _close(sock: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
     sock.close()
