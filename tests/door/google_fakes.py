@@ -53,11 +53,25 @@ class Signer:
         return cls(public, private, kid)
 
     def jwk(self) -> dict[str, str]:
-        return {"kty": "RSA", "alg": "RS256", "use": "sig", "kid": self.kid,
-                "n": _b64_int(self.public.n), "e": _b64_int(self.public.e)}  # fmt: skip
+        return {
+            "kty": "RSA",
+            "alg": "RS256",
+            "use": "sig",
+            "kid": self.kid,
+            "n": _b64_int(self.public.n),
+            "e": _b64_int(self.public.e),
+        }
 
-    def token(self, *, audience: str, email: str, lifetime_s: float = 3600, issued: float | None = None,
-              header: dict[str, Any] | None = None, **overrides: Any) -> str:  # fmt: skip
+    def token(
+        self,
+        *,
+        audience: str,
+        email: str,
+        lifetime_s: float = 3600,
+        issued: float | None = None,
+        header: dict[str, Any] | None = None,
+        **overrides: Any,
+    ) -> str:
         now = time.time() if issued is None else issued
         claims: dict[str, Any] = {
             "iss": "https://accounts.google.com",

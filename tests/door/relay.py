@@ -23,8 +23,8 @@ BUFFER = 65536
 class Relay:
     target_port: int
     response_delay_s: float = 0.0
-    """Held back before the first bytes of each answer reach the door (only for proxied requests,
-    not the door's /health polls)."""
+    """Held back before the first bytes of the answer to each proxied request (not to the door's
+    /health polls) reach the door."""
     requests: list[tuple[str, str]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -63,20 +63,18 @@ class Relay:
             client.close()
             return
         upstream.settimeout(None)
-        health_only = threading.Event()
-        threading.Thread(target=self._pump_up, args=(client, upstream, health_only), daemon=True).start()
-        self._pump_down(upstream, client, health_only)
+        delay_next = threading.Event()
+        threading.Thread(target=self._pump_up, args=(client, upstream, delay_next), daemon=True).start()
+        self._pump_down(upstream, client, delay_next)
 
-    def _pump_up(self, src: socket.socket, dst: socket.socket, health_only: threading.Event) -> None:
+    def _pump_up(self, src: socket.socket, dst: socket.socket, delay_next: threading.Event) -> None:
         try:
             while data := src.recv(BUFFER):
                 found = [(m.group(1).decode(), m.group(2).decode()) for m in _REQUEST_LINE.finditer(data)]
                 with self._lock:
                     self.requests.extend(found)
-                if found and all(path == "/health" for _, path in found):
-                    health_only.set()
-                else:
-                    health_only.clear()
+                if any(path != "/health" for _, path in found):
+                    delay_next.set()
                 dst.sendall(data)
         except OSError:
             pass
@@ -84,13 +82,12 @@ class Relay:
             _close(dst)
             _close(src)
 
-    def _pump_down(self, src: socket.socket, dst: socket.socket, health_only: threading.Event) -> None:
-        first = True
+    def _pump_down(self, src: socket.socket, dst: socket.socket, delay_next: threading.Event) -> None:
         try:
             while data := src.recv(BUFFER):
-                if first and self.response_delay_s and not health_only.is_set():
+                if delay_next.is_set():
+                    delay_next.clear()
                     time.sleep(self.response_delay_s)
-                first = False
                 dst.sendall(data)
         except OSError:
             pass

@@ -31,8 +31,12 @@ def test_without_the_key_401_and_nothing_reaches_the_group_or_the_vm(
     before = world.compute_calls()
     for headers in NO_KEY:
         for stream in (False, True):
-            reply = httpx.post(f"{world.url}/v1/chat/completions", headers=headers, json=ask(stream=stream),
-                               timeout=TIMEOUT_S)  # fmt: skip
+            reply = httpx.post(
+                f"{world.url}/v1/chat/completions",
+                headers=headers,
+                json=ask(stream=stream),
+                timeout=TIMEOUT_S,
+            )
             assert reply.status_code == 401, (headers, reply.text)
             assert reply.json() == {
                 "error": {"message": "Invalid API Key", "type": "authentication_error", "code": 401}
@@ -99,11 +103,20 @@ def test_a_page_navigation_while_asleep_wakes_and_shows_the_waking_page(make_wor
 def test_management_endpoints_are_never_proxied(make_world: WorldFactory) -> None:
     world = make_world(size=1)
     for method, path in [
-        ("GET", "/slots"), ("POST", "/slots/0?action=erase"), ("GET", "/tools"), ("POST", "/tools"),
-        ("GET", "/cors-proxy?url=http://example.com"), ("POST", "/models/load"), ("GET", "/metrics"),
-        ("POST", "/props"), ("GET", "/v1/stream/conv-1"), ("DELETE", "/v1/stream"),
-        ("POST", "/lora-adapters"), ("POST", "/v1/chat/completions/control"), ("GET", "/_qwen36/anything"),
-    ]:  # fmt: skip
+        ("GET", "/slots"),
+        ("POST", "/slots/0?action=erase"),
+        ("GET", "/tools"),
+        ("POST", "/tools"),
+        ("GET", "/cors-proxy?url=http://example.com"),
+        ("POST", "/models/load"),
+        ("GET", "/metrics"),
+        ("POST", "/props"),
+        ("GET", "/v1/stream/conv-1"),
+        ("DELETE", "/v1/stream"),
+        ("POST", "/lora-adapters"),
+        ("POST", "/v1/chat/completions/control"),
+        ("GET", "/_qwen36/anything"),
+    ]:
         reply = httpx.request(method, f"{world.url}{path}", headers=AUTH, json={}, timeout=TIMEOUT_S)
         assert reply.status_code == 404, (method, path, reply.text)
         assert reply.json()["error"]["type"] == "not_found_error"
