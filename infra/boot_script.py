@@ -70,8 +70,11 @@ def driver_branch(image_family: str) -> str:
     return match[1] if match else ""
 
 
-def render_boot_script(cfg: StackConfig, *, bucket: str, api_key_secret: str | None, project: str) -> str:
-    """The whole startup script for ``cfg``; byte-identical for the same inputs."""
+def render_boot_script(
+    cfg: StackConfig, *, bucket: str, api_key_secret: str | None, project: str, door_url: str | None = None
+) -> str:
+    """The whole startup script for ``cfg``; byte-identical for the same inputs. ``door_url`` (the
+    front door's URL) makes the idle watcher ask the door for the stop instead of resizing itself."""
     key_file = CONTAINER_API_KEY_FILE if api_key_secret else None
     model_path = container_model_path(cfg)
     args = server_args(cfg, model_path=model_path, api_key_file=key_file)
@@ -101,6 +104,8 @@ def render_boot_script(cfg: StackConfig, *, bucket: str, api_key_secret: str | N
         "LOAD_METRIC_TYPE": fleet_bounds.LOAD_METRIC_TYPE,
         "LOAD_METRIC_INTERVAL_S": str(fleet_bounds.LOAD_METRIC_INTERVAL_S),
         "IDLE_STOP_MINUTES": str(cfg.autostop_minutes),
+        # Only with a door: a door-less stack's script (and its hash) stays as it was.
+        **({"DOOR_URL": door_url} if door_url else {}),
         **lib_variables(),
     }
     for phase in boot_protocol.PHASES:

@@ -777,12 +777,14 @@ start_idle_watch() {
     log "idle watcher $IDLE_UNIT already running; left alone"
     return 0
   fi
-  local -a key=()
+  local -a key=() door=()
   [[ -z $API_KEY_SECRET ]] || key=(--key-file "$KEY_FILE")
+  # With the front door the door makes the stop (this VM's account has no Compute permission then).
+  [[ -z ${DOOR_URL:-} ]] || door=(--door-url "$DOOR_URL")
   # --collect unloads the unit once it ends, failed or not, so the next boot can reuse its name.
   if systemd-run --quiet --collect --unit="$IDLE_UNIT" -p Restart=on-failure -p RestartSec="$IDLE_RESTART_S" \
     "$(command -v python3)" "$IDLE_WATCH_TOOL" --metrics-url "$IDLE_METRICS_URL" \
-    --idle-minutes "$IDLE_STOP_MINUTES" "${key[@]}"; then
+    --idle-minutes "$IDLE_STOP_MINUTES" "${key[@]}" "${door[@]}"; then
     log "idle watcher $IDLE_UNIT started: the group is resized to 0 after $IDLE_STOP_MINUTES idle minutes"
   else
     log "warning: could not start the idle watcher $IDLE_UNIT; the server stays up until stopped by hand"
