@@ -138,12 +138,17 @@ class World:
         return [f"{c.method} {c.path}" for c in self.group.calls]
 
 
-def start_door(env: dict[str, str]) -> DoorProcess:
+def start_door(env: dict[str, str], command: list[str] | None = None, cwd: Path | None = None) -> DoorProcess:
+    """``python -m door`` from the repo, or ``command`` in ``cwd`` (the extracted archive)."""
     port = free_port()
-    full = {**os.environ, **env, "PORT": str(port), "QWEN36_DOOR_HOST": "127.0.0.1", "PYTHONPATH": str(REPO)}
+    full = {**os.environ, **env, "PORT": str(port), "QWEN36_DOOR_HOST": "127.0.0.1"}
+    if command is None:
+        full["PYTHONPATH"] = str(REPO)
+    else:
+        full.pop("PYTHONPATH", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "door"],
-        cwd=REPO,
+        command or [sys.executable, "-m", "door"],
+        cwd=cwd or REPO,
         env=full,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -187,7 +192,13 @@ def make_world(
     before the door starts), the door started with the settings the test names."""
     stack: list[Callable[[], None]] = []
 
-    def make(size: int = 0, boot_s: float = 0.5, **door_env: str) -> World:
+    def make(
+        size: int = 0,
+        boot_s: float = 0.5,
+        command: list[str] | None = None,
+        cwd: Path | None = None,
+        **door_env: str,
+    ) -> World:
         llama_port = free_port()
         args = server_args(
             StackConfig(),
@@ -245,7 +256,7 @@ def make_world(
             "QWEN36_DOOR_RETRY_AFTER_S": "7",
             **{f"QWEN36_DOOR_{k.upper()}": v for k, v in door_env.items()},
         }
-        door = start_door(env)
+        door = start_door(env, command, cwd)
 
         def stop_door() -> None:
             door.proc.terminate()
