@@ -197,6 +197,7 @@ def make_world(
         boot_s: float = 0.5,
         command: list[str] | None = None,
         cwd: Path | None = None,
+        binary: Path | None = None,
         **door_env: str,
     ) -> World:
         llama_port = free_port()
@@ -207,7 +208,7 @@ def make_world(
             host="127.0.0.1",
             port=llama_port,
         )
-        member = Member(args, llama_server_bin, llama_port, boot_s)
+        member = Member(args, binary or llama_server_bin, llama_port, boot_s)
         stack.append(member.close)
         relay = Relay(llama_port)
         stack.append(relay.close)
