@@ -1,23 +1,19 @@
 """qwen36-mtp-l4: Qwen3.6-35B-A3B with MTP on one spot L4. Wires the components; no logic here."""
 
-from dataclasses import replace
-
 import pulumi
 
 from infra.api_key import ApiKey, ApiKeyArgs
 from infra.apis import Apis, ApisArgs
 from infra.autostop import IGNORE_CHANGES as AUTOSTOP_IGNORES
-from infra.autostop import Autostop, AutostopArgs, role_id
+from infra.autostop import Autostop, AutostopArgs
 from infra.autostop import export_outputs as export_autostop
 from infra.config import deployment_name, load_config, load_gcp_project
 from infra.fleet import Fleet, FleetArgs, export_fleet
 from infra.health_gate import HealthGate, HealthGateArgs
 from infra.identity import Identity, IdentityArgs
-from infra.image_switch import ImageSwitch, ImageSwitchArgs
 from infra.model_cache import ModelCache, ModelCacheArgs, model_object_name
 from infra.network import NetworkAccess, NetworkAccessArgs
 from infra.outputs import export_all
-from infra.server_args import PORT
 from infra.server_group import ServerGroup, ServerGroupArgs
 from infra.tooling_image import ToolingImage, ToolingImageArgs, choose_server_image, find_tooling_image
 
@@ -72,7 +68,7 @@ api_key = (
 )
 
 # The tooling image has docker and the server image baked in. Where the build's family holds none yet,
-# it is baked beside the first server, which starts on the stock image and moves over afterwards.
+# it is baked first: the group's template names the baked image, so the group waits for the bake.
 found_image = find_tooling_image(cfg, project)
 tooling = (
     ToolingImage(
@@ -98,7 +94,6 @@ server = ServerGroup(
         project=project,
         group_name=name,
         image=boot_image.image,
-        bootstrap_image=boot_image.bootstrap,
         service_account_email=identity.email,
         bucket=cache.bucket_name,
         api_key_secret=api_key.secret_id if api_key else None,
@@ -115,18 +110,12 @@ server = ServerGroup(
     ),
 )
 
-# Idle autostop: the VM's own account may resize this one group, nothing else.
+# Idle autostop: the VM's own account may read and resize the project's groups (IAM cannot narrow
+# the grant to one group: infra/autostop.py says why and what that allows).
 autostop = (
     Autostop(
         "autostop",
-        AutostopArgs(
-            project=project,
-            region=cfg.region,
-            group_name=server.group_name,
-            member=identity.member,
-            role_id=role_id(name),
-            depends_on=[apis],
-        ),
+        AutostopArgs(project=project, deployment=name, member=identity.member, depends_on=[apis]),
     )
     if cfg.autostop_minutes
     else None
@@ -152,44 +141,26 @@ fleet = (
     else None
 )
 
-# `pulumi up` ends only when a member of the group answers: over HTTP when a source range is open,
-# else by the boot's own report in guest attributes. A new template (any change to the VM) waits again.
-gate_url = (
-    server.static_ip.apply(lambda ip: f"http://{ip}:{PORT}" if ip else None)
-    if cfg.public_endpoint and not cfg.fleet
-    else None
+# `pulumi up` ends only when a member of the group answers, by the boot's own report in guest
+# attributes. A new template (any change to the VM) waits again.
+gate = HealthGate(
+    "health",
+    HealthGateArgs(
+        project=project,
+        region=server.region,
+        group_name=server.group_name,
+        template_id=server.template_id,
+        startup_script_sha256=server.startup_script_sha256,
+        api_key=api_key.api_key if api_key else None,
+        timeout_minutes=cfg.health_timeout_minutes,
+        depends_on=[server.group],
+    ),
 )
-gate_args = HealthGateArgs(
-    project=project,
-    region=server.region,
-    group_name=server.group_name,
-    template_id=server.template_id,
-    startup_script_sha256=server.startup_script_sha256,
-    url=gate_url,
-    api_key=api_key.api_key if api_key else None,
-    timeout_minutes=cfg.health_timeout_minutes,
-    depends_on=[server.group],
-)
-gate = HealthGate("health", gate_args)
-# The first deployment of a build: once the server serves and the bake is done, onto the baked image.
-switch = (
-    ImageSwitch(
-        "image-switch",
-        ImageSwitchArgs(
-            gate=replace(gate_args, template_id=server.pending_template.self_link, depends_on=None),
-            after=[gate.command],
-        ),
-    )
-    if server.pending_template is not None
-    else None
-)
-last_gate = switch.gate if switch is not None else gate
 
 export_all(
     cfg,
     project=project,
-    group_name=server.group_name,
-    static_ip=last_gate.after(server.static_ip),
+    group_name=gate.after(server.group_name),
     bucket=cache.bucket_name,
     model_uri=cache.model_uri,
     api_key=api_key.api_key if api_key else None,
@@ -210,7 +181,7 @@ if autostop is not None:
         region=cfg.region,
         group_name=server.group_name,
         size=cfg.replicas,
-        url=gate_url,
+        url=None,
         timeout_minutes=cfg.health_timeout_minutes,
         idle_minutes=cfg.autostop_minutes,
     )

@@ -1,4 +1,4 @@
-"""Print the README's autostop cost table for the default stack config (or the one in argv as JSON).
+"""Print docs/autostop.md's cost table for the default stack config (or the one in argv as JSON).
 
 Usage: python -m bench.autostop_cost ['{"idleStopMinutes": 60}']
 """

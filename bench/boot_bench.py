@@ -22,8 +22,12 @@ correct model).
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import platform
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -163,6 +167,8 @@ class World:
             time_scale=scale,
             delays=durations.stub_delays(scale),
             fetch_delays={"hf": durations.hub * scale},
+            # The original's reconstruction calls `hf` from PATH; ours installs it as on a stock image.
+            hf_on_path=not ours,
         )
         if not ours:
             args = server_args(cfg, model_path="/models/" + MODEL_FILE, api_key_file=None)
@@ -218,6 +224,29 @@ def _boot_until_ready(sandbox: Sandbox, reboot_s: float, name: str) -> None:
     raise RuntimeError(f"{name}: no ready boot in {MAX_BOOTS}")
 
 
+def results(
+    rows: list[tuple[BootPath, float, float, float, float]], durations: Durations, scale: float
+) -> dict[str, object]:
+    """One run's figures, with the critical paths they were measured on (docs/boot.md's source)."""
+    return {
+        "scale": scale,
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "paths": [
+            {
+                "name": path.name,
+                "critical_ours": path.critical(durations, True),
+                "critical_original": path.critical(durations, False),
+                "ours_s": round(ours, 1),
+                "original_s": round(original, 1),
+                "ours_overhead_s": round(ours_overhead, 1),
+                "original_overhead_s": round(original_overhead, 1),
+            }
+            for path, ours, original, ours_overhead, original_overhead in rows
+        ],
+    }
+
+
 def _phases(phases: list[tuple[str, float]]) -> str:
     return " + ".join(f"{name} {seconds:g}" for name, seconds in phases if seconds) or "-"
 
@@ -227,6 +256,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=0.25, help="real seconds per simulated second")
     parser.add_argument("--only", help="run the paths whose name contains this")
     parser.add_argument("--reboot-s", type=float, default=Durations.reboot)
+    parser.add_argument(
+        "--json",
+        type=Path,
+        help="also write the results here (bench/results/boot_bench.json is what docs/boot.md shows: "
+        "scripts/gen_docs.py --write)",
+    )
     args = parser.parse_args(argv)
     durations = Durations(reboot=args.reboot_s)
     zero = replace(durations, **{k: 0.0 for k in durations.__dataclass_fields__})
@@ -247,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         "| sandbox overhead ours / original | ÷ without the overhead |"
     )
     print("|---|---|---|---|---|---|---|---|")
+    if args.json is not None:
+        args.json.write_text(json.dumps(results(rows, durations, args.scale), indent=2) + "\n")
     for path, ours, original, ours_overhead, original_overhead in rows:
         net = (ours - ours_overhead) / max(original - original_overhead, 1e-9)
         print(

@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 
 from bench.boot_bench import BootPath
+from infra.cold_start import IMAGE_CREATE_S, VM_CREATE_S
 from tests.boot.durations import Durations
 
 # A builder's bake is the server's docker install and pull (the original's ~170 s), on a VM that
@@ -51,17 +52,19 @@ def timelines(d: Durations, vm_create_s: float, image_create_s: float) -> list[T
     blocked = bake_done + baked
     return [
         Timeline("no bake (buildToolingImage: false)", stock, stock, 0.0, stock),
-        Timeline("bake beside the first server (the default)", stock, moved_at, move, baked),
-        Timeline("bake before the server (the first version's opt-in)", blocked, blocked, 0.0, baked),
+        Timeline("bake beside the first server (the earlier default)", stock, moved_at, move, baked),
+        Timeline("bake before the server (the default)", blocked, blocked, 0.0, baked),
     ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument(
-        "--vm-create-s", type=float, default=40.0, help="a VM from creation to its boot script"
+        "--vm-create-s", type=float, default=VM_CREATE_S, help="a VM from creation to its boot script"
     )
-    parser.add_argument("--image-create-s", type=float, default=300.0, help="an image from a 60 GB disk")
+    parser.add_argument(
+        "--image-create-s", type=float, default=IMAGE_CREATE_S, help="an image from a 60 GB disk"
+    )
     args = parser.parse_args(argv)
     d = Durations()
     print(

@@ -1,19 +1,27 @@
-"""What the idle watcher on the VM (startup/idle_watch.py) may do: read and resize its own group.
+"""Who may read and resize the server's group: the front door (wake and idle stop) or, without a
+door, the VM's idle watcher. One custom role with exactly ``compute.instanceGroupManagers.get`` and
+``compute.instanceGroupManagers.update`` (what ``regionInstanceGroupManagers.get``, ``.resize`` and
+``.listManagedInstances`` check), bound on the project.
 
-The grant is the narrowest GCE allows for a regional managed instance group, which has no IAM
-policy of its own (pulumi-gcp has ``InstanceIAMMember``, ``DiskIAMMember``... but nothing for
-instance group managers): a custom role holding only ``compute.instanceGroupManagers.get`` and
-``.update`` (what ``regionInstanceGroupManagers.get`` and ``.resize`` check), bound on the project
-with an IAM condition on the group's resource name, so it applies to this one group and nothing else.
+Why project-wide, with no condition: a managed instance group has no IAM policy of its own (pulumi-gcp
+has ``InstanceIAMMember``, ``DiskIAMMember``... and nothing for instance group managers), and IAM
+evaluates ``resource.name`` conditions only for the resource types it lists, which do not include
+instance group managers: a condition naming the group would never match, and the grant would be
+denied for ever. https://cloud.google.com/iam/docs/conditions-resource-attributes
+So the grant lets its holder read, resize and patch *every* managed instance group of the project;
+that is its blast radius, kept small by the holder: with a front door, only the door's own service
+account holds it (code that touches this one group and nothing else, reachable only with the API
+key), and the VM, which runs a large C++ server exposed to clients, holds no Compute permission at
+all. A project of its own for the deployment is the way to scope it further.
 https://cloud.google.com/compute/docs/reference/rest/v1/regionInstanceGroupManagers/resize
-https://cloud.google.com/iam/docs/conditions-resource-attributes#resource-name
 
-The group itself creates and deletes its members with Google's own service agent, so the VM's
-account needs no ``compute.instances.*`` permission.
+The group itself creates and deletes its members with Google's own service agent, so the holder
+needs no ``compute.instances.*`` permission for that.
 
-NOTE: custom roles are soft-deleted: after ``pulumi destroy`` the role id is held for 7 days (the
-provider undeletes it on a new ``up`` within them) and then for up to 30 more days in which the id
-cannot be reused. https://cloud.google.com/iam/docs/creating-custom-roles#deleting-custom-role
+NOTE: custom roles are soft-deleted: after ``pulumi destroy`` the role id is held for 7 days and then
+for up to 30 more days in which it cannot be reused, so a fixed id would fail a redeploy within those
+37 days. The id carries a random suffix, new for each deployment (the ``RandomId`` lives in the
+stack's state, so later ``up``s keep it). https://cloud.google.com/iam/docs/creating-custom-roles#deleting-custom-role
 """
 
 from __future__ import annotations
@@ -25,36 +33,32 @@ from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_gcp as gcp
+import pulumi_random as random
 
 PERMISSIONS = ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update")
 # The group fields the watcher changes, for ServerGroupArgs.ignore_changes: `pulumi up` sets the
 # size when it creates the group and never resizes it back after an idle stop.
 IGNORE_CHANGES = ("targetSize",)
 _ROLE_ID_UNSAFE = re.compile(r"[^A-Za-z0-9_.]")
+# Role ids: 3-64 characters of [A-Za-z0-9_.]. https://cloud.google.com/iam/docs/reference/rest/v1/projects.roles/create
+ROLE_ID_MAX = 64
+ROLE_SUFFIX_BYTES = 4
 # The stack output qwen36/status.py and qwen36/wake.py read with --stack.
 STACK_OUTPUT = "autostop"
 
 
-def role_id(deployment: str) -> str:
-    """A custom role id (``[A-Za-z0-9_.]{3,64}``) for the deployment, e.g. ``qwen36_dev_autostop``."""
-    return _ROLE_ID_UNSAFE.sub("_", f"{deployment}_autostop")[:64]
-
-
-def group_condition(region: str, group_name: str) -> str:
-    """The CEL expression that limits the grant to the one regional group.
-
-    ``endsWith`` rather than ``==``: the binding lives on this project, so only its resources are
-    in scope, and the match does not depend on whether GCE spells the project as id or number.
-    """
-    return f'resource.name.endsWith("/regions/{region}/instanceGroupManagers/{group_name}")'
+def role_id(deployment: str, suffix: str) -> str:
+    """A custom role id for one deployment, e.g. ``qwen36_dev_group_3f9a1c2e``; ``suffix`` is random."""
+    stem = _ROLE_ID_UNSAFE.sub("_", f"{deployment}_group")
+    return f"{stem[: ROLE_ID_MAX - len(suffix) - 1]}_{suffix}"
 
 
 def wake_command(stack: str) -> str:
-    return f"python -m qwen36 wake --stack {shlex.quote(stack)}"
+    return f"qwen36 wake --stack {shlex.quote(stack)}"
 
 
 def status_command(stack: str) -> str:
-    return f"python -m qwen36 status --stack {shlex.quote(stack)}"
+    return f"qwen36 status --stack {shlex.quote(stack)}"
 
 
 def autostop_output(
@@ -110,48 +114,43 @@ def export_outputs(
 @dataclass
 class AutostopArgs:
     project: pulumi.Input[str]
-    region: str
-    group_name: pulumi.Input[str]
-    """The group's GCE name (ServerGroup.group_name: the deployment name)."""
+    deployment: str
+    """The deployment's name (``qwen36-dev``), the stem of the role id."""
     member: pulumi.Input[str]
-    """The VM's service account as an IAM member (``serviceAccount:<email>``)."""
-    role_id: str
+    """The grant's holder as an IAM member (``serviceAccount:<email>``): the door's account, or the
+    VM's where there is no door."""
     depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
 
 
 class Autostop(pulumi.ComponentResource):
-    """The VM's permission to resize its own group to 0, and nothing more."""
+    """The permission to read and resize the server's group, for one holder."""
 
+    suffix: random.RandomId
     role: gcp.projects.IAMCustomRole
     binding: gcp.projects.IAMMember
     role_name: pulumi.Output[str]
-    condition: pulumi.Output[str]
 
     def __init__(self, name: str, args: AutostopArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("qwen36:infra:Autostop", name, None, opts)
+        self.suffix = random.RandomId(
+            f"{name}-role-suffix", byte_length=ROLE_SUFFIX_BYTES, opts=pulumi.ResourceOptions(parent=self)
+        )
         self.role = gcp.projects.IAMCustomRole(
             f"{name}-role",
             project=args.project,
-            role_id=args.role_id,
-            title="qwen36 autostop: resize one group",
-            description="Lets the server VM read and resize its own managed instance group (idle autostop)",
+            role_id=self.suffix.hex.apply(lambda suffix: role_id(args.deployment, suffix)),
+            title="qwen36: read and resize the server group",
+            description="Wake on request and idle autostop of the qwen36-mtp-l4 server group",
             permissions=list(PERMISSIONS),
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
         )
         self.role_name = self.role.name
-        self.condition = pulumi.Output.from_input(args.group_name).apply(
-            lambda group: group_condition(args.region, group)
-        )
+        # No condition: IAM cannot scope one to an instance group manager (see the module docstring).
         self.binding = gcp.projects.IAMMember(
             f"{name}-binding",
             project=args.project,
             role=self.role.name,
             member=args.member,
-            condition=gcp.projects.IAMMemberConditionArgs(
-                title="only this server group",
-                description="idle autostop resizes this group and no other",
-                expression=self.condition,
-            ),
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.register_outputs({"role_name": self.role_name, "condition": self.condition})
+        self.register_outputs({"role_name": self.role_name})

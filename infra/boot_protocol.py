@@ -41,6 +41,24 @@ PHASES = ("boot", "driver", "ecc", "prepare", "model", "api-key", "server", "rea
 PHASE_READY = "ready"
 PHASE_FAILED = "failed"
 
+# The ready report's figures of the cold start (issue 24): ``name=value`` words in its detail,
+# after "llama-server healthy N s after boot; ". The renderer gives the boot script each name as
+# FIGURE_<NAME> (infra/boot_script.py), and ``status`` reads them back (:func:`ready_figures`).
+FIGURE_FETCH_FROM = "fetch-from"  # where the served file came from: gcs, hub, disk or ram
+FIGURE_FETCH_MB_S = "fetch-mb-s"  # the fetch's rate, in MB (10^6 bytes) a second
+FIGURE_FETCH_SLICES = "fetch-slices"  # the slices `gcloud storage cp` was configured for (GCS only)
+FIGURE_FETCH_S = "fetch-s"  # the fetch's seconds
+FIGURE_LOAD_S = "load-s"  # from the container's start to the first /health 200
+FIGURE_READY_S = "ready-s"  # from the kernel's start to the first /health 200
+FIGURES = (
+    FIGURE_FETCH_FROM,
+    FIGURE_FETCH_MB_S,
+    FIGURE_FETCH_SLICES,
+    FIGURE_FETCH_S,
+    FIGURE_LOAD_S,
+    FIGURE_READY_S,
+)
+
 # GCE caps a guest attribute value; a report keeps well under it.
 DETAIL_MAX_CHARS = 900
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
@@ -90,3 +108,61 @@ def parse_report(value: str) -> Report:
     if not phase or not boot_id:
         raise ReportFormatError(f"empty phase or boot id in {value[:120]!r}")
     return Report(phase=phase, time=time, boot_id=boot_id, detail=parts[3] if len(parts) > 3 else "")
+
+
+@dataclass(frozen=True)
+class Figures:
+    """The cold start as the ready report measured it; ``None`` where the boot had nothing to say
+    (no fetch when the file was already there, no slices from the hub, no load when the running
+    container was left alone)."""
+
+    fetch_from: str | None = None
+    fetch_mb_s: float | None = None
+    fetch_slices: int | None = None
+    fetch_s: float | None = None
+    load_s: float | None = None
+    ready_s: float | None = None
+
+    def __str__(self) -> str:
+        parts = []
+        if self.fetch_from is not None:
+            fetch = f"model from {self.fetch_from}"
+            if self.fetch_mb_s is not None:
+                fetch += f" at {self.fetch_mb_s:g} MB/s"
+                slices = self.fetch_slices
+                details = [f"{slices} slice{'' if slices == 1 else 's'}"] if slices is not None else []
+                if self.fetch_s is not None:
+                    details.append(f"{self.fetch_s:g} s")
+                fetch += f" ({', '.join(details)})" if details else ""
+            parts.append(fetch)
+        if self.load_s is not None:
+            parts.append(f"loaded in {self.load_s:g} s")
+        if self.ready_s is not None:
+            parts.append(f"ready {self.ready_s:g} s after boot")
+        return ", ".join(parts)
+
+
+def ready_figures(report: Report) -> Figures | None:
+    """The figures of a ready report (``None`` for any other report, or one without figures)."""
+    if not report.ready:
+        return None
+    words = dict(word.split("=", 1) for word in report.detail.replace(";", " ").split() if "=" in word)
+    found = {name: words[name] for name in FIGURES if name in words}
+    if not found:
+        return None
+
+    def number(name: str) -> float | None:
+        try:
+            return float(found[name]) if name in found else None
+        except ValueError:
+            return None
+
+    slices = number(FIGURE_FETCH_SLICES)
+    return Figures(
+        fetch_from=found.get(FIGURE_FETCH_FROM),
+        fetch_mb_s=number(FIGURE_FETCH_MB_S),
+        fetch_slices=int(slices) if slices is not None else None,
+        fetch_s=number(FIGURE_FETCH_S),
+        load_s=number(FIGURE_LOAD_S),
+        ready_s=number(FIGURE_READY_S),
+    )

@@ -73,8 +73,7 @@ def driver_branch(image_family: str) -> str:
 def render_boot_script(
     cfg: StackConfig, *, bucket: str, api_key_secret: str | None, project: str, door_url: str | None = None
 ) -> str:
-    """The whole startup script for ``cfg``; byte-identical for the same inputs. ``door_url`` (the
-    front door's URL) makes the idle watcher ask the door for the stop instead of resizing itself."""
+    """The whole startup script for ``cfg``; byte-identical for the same inputs."""
     key_file = CONTAINER_API_KEY_FILE if api_key_secret else None
     model_path = container_model_path(cfg)
     args = server_args(cfg, model_path=model_path, api_key_file=key_file)
@@ -104,12 +103,15 @@ def render_boot_script(
         "LOAD_METRIC_TYPE": fleet_bounds.LOAD_METRIC_TYPE,
         "LOAD_METRIC_INTERVAL_S": str(fleet_bounds.LOAD_METRIC_INTERVAL_S),
         "IDLE_STOP_MINUTES": str(cfg.autostop_minutes),
-        # Only with a door: a door-less stack's script (and its hash) stays as it was.
-        **({"DOOR_URL": door_url} if door_url else {}),
+        # With a front door, the idle watcher asks the door to stop the group (the door holds the
+        # only grant that can); without one it resizes the group itself.
+        "IDLE_STOP_DOOR_URL": door_url or "",
         **lib_variables(),
     }
     for phase in boot_protocol.PHASES:
         scalars.setdefault(_phase_var(phase), phase)
+    for figure in boot_protocol.FIGURES:
+        scalars[_figure_var(figure)] = figure
     lines = [
         "#!/bin/bash",
         "# Rendered by infra/boot_script.py from the stack config: edit startup/{lib,boot}.sh or the config.",
@@ -143,6 +145,11 @@ def render_boot_script(
 
 def _phase_var(phase: str) -> str:
     return "PHASE_" + re.sub(r"[^A-Za-z0-9]", "_", phase).upper()
+
+
+def _figure_var(figure: str) -> str:
+    """``fetch-mb-s`` -> ``FIGURE_FETCH_MB_S``: the ready report's figure names (boot_protocol)."""
+    return "FIGURE_" + re.sub(r"[^A-Za-z0-9]", "_", figure).upper()
 
 
 def _quote_word(value: str) -> str:

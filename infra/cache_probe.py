@@ -12,17 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from infra.cold_start import COLD_START_HUB, COLD_START_STOCK, COLD_START_TOOLING
+
 if TYPE_CHECKING:
     from google.cloud import storage
 
-# The original deployment's measured cold starts (model step included): ~72 s sliced from a
-# same-region bucket, 300-480 s from the hub.
-COLD_START_GCS = "~2-3.5 min"
-COLD_START_HF = "~10 min"
+# A new member's cold start with the model from the bucket (the tooling image, or the stock image
+# where none is baked) and from the hub (infra/cold_start.py).
+COLD_START_GCS = f"{COLD_START_TOOLING}, {COLD_START_STOCK} on the stock image"
+COLD_START_HF = COLD_START_HUB
 COLD_START_UNKNOWN = f"{COLD_START_GCS} if the model is staged, else {COLD_START_HF}"
 # A preview must not hang on the storage API: one bounded attempt.
 PROBE_TIMEOUT_S = 15.0
-STAGE_HINT = "run `python -m qwen36 stage` to stage it, or let the VM self-stage it after its first boot"
+STAGE_HINT = "run `qwen36 stage` to stage it, or let the VM self-stage it after its first boot"
 
 CachePath = Literal["gcs", "huggingface", "unknown"]
 

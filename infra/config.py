@@ -12,8 +12,8 @@ import ipaddress
 import json
 import math
 import re
-from collections.abc import Mapping
-from typing import Any, Literal, get_args, get_origin
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -21,6 +21,7 @@ from pydantic.alias_generators import to_camel
 from infra.llama_cpp import LLAMA_CPP_BUILD
 
 PROJECT = "qwen36-mtp-l4"
+T = TypeVar("T")
 
 # G2 machine types that carry exactly one L4, with their vCPUs and memory. g2-standard-4 is
 # left out on purpose: loading the 22 GB model without mmap needs ~24 GB of host RAM and it has 16.
@@ -46,6 +47,11 @@ NOMINAL_MODEL_BYTES = 23_000_000_000
 DEFAULT_ZONES = ("us-central1-a", "us-central1-b", "us-central1-c")
 # A deliberate ceiling: every replica is one more L4 billed by the hour.
 MAX_REPLICAS = 8
+# Pulumi applies Pulumi.yaml's config defaults to every stack before the program runs
+# (ValidateStackConfigAndApplyProjectConfig in pulumi/pulumi sdk/go/common/workspace/project.go;
+# its project_test.go, TestStackConfigIsInheritedFromProjectConfig), so a default is indistinguishable
+# from a value the user set. tests/infra/test_pulumi_yaml.py keeps this equal to Pulumi.yaml's.
+DEFAULT_IDLE_STOP_MINUTES = 30
 
 _ZONE_RE = re.compile(r"^(?P<region>[a-z]+-[a-z]+[0-9]+)-[a-z]$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -120,6 +126,7 @@ class StackConfig(BaseModel):
     source_ranges: list[str] = Field(default_factory=list)
     allow_public_internet: bool = False
     api_key: bool = True
+    door: bool = True
     health_timeout_minutes: int = Field(default=20, ge=1, le=120)
 
     # Fleet: more than one server behind one load-balanced endpoint (infra/fleet.py).
@@ -127,10 +134,10 @@ class StackConfig(BaseModel):
     max_replicas: int = Field(default=0, ge=0, le=MAX_REPLICAS)
     domain: str = ""
 
-    # Cost. 30 minutes is ten times a cached cold start (~3 min from the GCS cache and the baked
-    # image), so a coffee break or a meeting does not cost a wake, while a forgotten endpoint stops
-    # within half an hour (~$0.12 at the spot price) instead of billing all night. 0 turns it off.
-    idle_stop_minutes: int = Field(default=30, ge=0, le=1440)
+    # Cost. 30 minutes is many times a cached cold start (docs/autostop.md), so a coffee break or a
+    # meeting does not cost a wake, while a forgotten endpoint stops within half an hour instead of
+    # billing all night. 0 turns it off.
+    idle_stop_minutes: int = Field(default=DEFAULT_IDLE_STOP_MINUTES, ge=0, le=1440)
 
     @field_validator("zones")
     @classmethod
@@ -212,11 +219,15 @@ class StackConfig(BaseModel):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> StackConfig:
-        if self.fleet and self.idle_stop_minutes and "idle_stop_minutes" in self.model_fields_set:
+        # Pulumi applies Pulumi.yaml's default to every stack that leaves the key unset, so the
+        # default reaches the program as a value like any other: a fleet, which never autostops,
+        # takes the default (and 0) without complaint and refuses only a value someone chose.
+        if self.fleet and self.idle_stop_minutes not in (0, DEFAULT_IDLE_STOP_MINUTES):
             raise _FieldError(
                 "idle_stop_minutes",
                 "autostop stops a single server; a fleet scales on its load instead "
-                "(use minReplicas for its floor), so leave idleStopMinutes unset or 0",
+                f"(use minReplicas for its floor), so leave idleStopMinutes unset "
+                f"(its default, {DEFAULT_IDLE_STOP_MINUTES}, does nothing in a fleet) or 0",
             )
         for zone in self.zones:
             match = _ZONE_RE.match(zone)
@@ -337,6 +348,12 @@ class StackConfig(BaseModel):
         return self.min_replicas if self.autoscaled else self.replicas
 
     @property
+    def front_door(self) -> bool:
+        """Whether the single server is reached through the front door (infra/door.py); a fleet's
+        way in is its load balancer."""
+        return self.door and not self.fleet
+
+    @property
     def public_endpoint(self) -> bool:
         """Whether any source range outside Google's IAP proxies may reach port 8080."""
         return bool(self.source_ranges)
@@ -427,11 +444,14 @@ def _as_config_error(exc: ValidationError, data: Mapping[str, Any]) -> ConfigErr
 
 
 def load_config() -> StackConfig:
-    """Read the running Pulumi program's config (CLI-provided and test-set values alike)."""
+    """Read the running Pulumi program's config (CLI-provided and test-set values alike).
+
+    A bad value reaches the user as ``pulumi.RunError``: Pulumi's Python host prints a RunError's
+    message as one line and a stack trace for anything else."""
     from pulumi.runtime import config as runtime_config
 
     raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
-    return parse_config(raw)
+    return _for_pulumi(parse_config, raw)
 
 
 GCP_PROJECT_KEY = "gcp:project"
@@ -453,7 +473,17 @@ def require_gcp_project(raw: Mapping[str, Any]) -> str:
 def load_gcp_project() -> str:
     from pulumi.runtime import config as runtime_config
 
-    return require_gcp_project({**runtime_config.get_config_env(), **runtime_config.CONFIG.get()})
+    raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    return _for_pulumi(require_gcp_project, raw)
+
+
+def _for_pulumi(read: Callable[[Mapping[str, Any]], T], raw: Mapping[str, Any]) -> T:
+    import pulumi
+
+    try:
+        return read(raw)
+    except ConfigError as exc:
+        raise pulumi.RunError(str(exc)) from None
 
 
 def deployment_name(stack: str, *, max_length: int = 30) -> str:

@@ -1,9 +1,10 @@
 """The fleet's one endpoint: a global external Application Load Balancer over the server group.
 
 Declared only when more than one server may run (``replicas`` >= 2 or ``maxReplicas`` >= 2); one
-server keeps its static IP and none of this. The chain is the documented one for an instance-group
-backend: global address -> forwarding rule -> target HTTP(S) proxy -> URL map -> backend service
-over the group's named port ``http``, health-checked on ``/health`` by the group's own check.
+server has none of this (its way in is the front door or an IAP tunnel). The chain is the
+documented one for an instance-group backend: global address -> forwarding rule -> target HTTP(S)
+proxy -> URL map -> backend service over the group's named port ``http``, health-checked on
+``/health`` by the group's own check.
 https://cloud.google.com/load-balancing/docs/https/setup-global-ext-https-compute
 
 The load balancer's address is public, so the VPC firewall cannot say who may call it: a Cloud

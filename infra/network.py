@@ -9,16 +9,25 @@ without a public route), and admits, to the instances carrying the stack's netwo
 * Google's IAP TCP-forwarding proxies to SSH and llama-server (``gcloud compute ssh
   --tunnel-through-iap``, ``start-iap-tunnel``);
 * Google's health-check probers to llama-server (autohealing and a load balancer);
-* the user's ``sourceRanges`` to llama-server, only when listed: a rule without source ranges
-  means "any source" to GCE. https://cloud.google.com/vpc/docs/firewalls#firewall_rule_components
+* the user's ``sourceRanges`` to llama-server, only when listed and only without a front door (with
+  a door, sourceRanges limits who may call the door; it never opens the VM): a rule without source
+  ranges means "any source" to GCE. https://cloud.google.com/vpc/docs/firewalls#firewall_rule_components
+* the front door (infra/door.py) to llama-server, from the door's own subnet: Cloud Run's Direct VPC
+  egress takes its addresses from a subnet, and an ingress rule can name it only by that subnet's
+  range (network tags and service accounts of a Cloud Run source are not supported in ingress rules).
+  https://cloud.google.com/run/docs/configuring/vpc-direct-vpc#limitations
+
+The door's subnet cannot be deleted until 1-2 hours after the Cloud Run service that used it is
+gone (https://cloud.google.com/run/docs/configuring/vpc-direct-vpc#delete-subnet), and the VPC cannot
+be deleted while the subnet exists. So with a door, the VPC and the door's subnet outlive ``pulumi
+destroy`` (both are free, like the kept model bucket), and the next ``pulumi up`` of the stack adopts
+them (``import_``) instead of failing to create them again; everything else is deleted as usual.
 
 Everything else inbound meets the VPC's implied deny; outbound is the implied allow.
 
-External IPs, not Cloud NAT (the choice the issue asks to write down): a member reaches
-Hugging Face (the cache-miss download, 22 GB), ghcr.io (the server image, when the tooling image
-is not baked) and the Ubuntu archive, so it needs egress to the internet. The single-server mode
-serves on a reserved static IP when ``sourceRanges`` is set, which is an external IP anyway. An
-ephemeral external IP per member costs the in-use IPv4 fee only
+Ephemeral external IPs, not Cloud NAT: a member reaches Hugging Face (the cache-miss download,
+22 GB), ghcr.io (the server image, when the tooling image is not baked) and the Ubuntu archive, so
+it needs egress to the internet. An ephemeral external IP per member costs the in-use IPv4 fee only
 (https://cloud.google.com/vpc/network-pricing#ipaddress); Cloud NAT would add a router and a
 gateway, and bills every GiB it processes (https://cloud.google.com/nat/pricing), about a dollar
 for each 22 GB hub download. Inbound, an external IP admits nothing beyond the rules above.
@@ -46,15 +55,58 @@ SSH_PORT = 22
 # One /24 holds 252 usable addresses, far more than a group of L4 spot VMs needs; a private range
 # (RFC 1918) that does not clash with the default network's auto-mode 10.128.0.0/9.
 SUBNET_CIDR = "10.64.0.0/24"
+# The front door's subnet: Direct VPC egress needs a /26 or larger (it reserves 16 addresses at a time
+# and holds about twice as many as it runs instances). https://cloud.google.com/run/docs/configuring/vpc-direct-vpc#scale-up-down
+DOOR_SUBNET_CIDR = "10.64.1.0/26"
+# What marks a VPC as this program's (a VPC has no labels): its description starts with this.
+NETWORK_DESCRIPTION = "qwen36-mtp-l4: the server's own network (no default-network rules)"
 # VPC flow logs are off: they bill per GB logged, and the server's traffic is one port.
+
+
+class NetworkNotOursError(ValueError):
+    pass
+
+
+def existing_network(project: str, name: str) -> str | None:
+    """The import id of this stack's VPC when an earlier deployment kept it, else None.
+
+    Raises :class:`NetworkNotOursError` for a VPC of that name that this program did not make. A
+    missing network is the invoke's "not found" error, or an answer without a self link."""
+    try:
+        found = gcp.compute.get_network(name=name, project=project)
+    except Exception as exc:  # the invoke's error type is the engine's
+        if "not found" in str(exc).lower() or "404" in str(exc):
+            return None
+        raise
+    if not found.self_link:
+        return None
+    if not (found.description or "").startswith(NETWORK_DESCRIPTION):
+        raise NetworkNotOursError(
+            f"a VPC named {name} already exists in project {project} and is not this stack's (its "
+            f"description is {found.description!r}); delete it or deploy under another stack name"
+        )
+    return f"projects/{project}/global/networks/{name}"
+
+
+def existing_subnetwork(project: str, region: str, name: str) -> str | None:
+    """The import id of a subnet an earlier deployment kept (its VPC is ours: see existing_network)."""
+    try:
+        found = gcp.compute.get_subnetwork(name=name, region=region, project=project)
+    except Exception as exc:
+        if "not found" in str(exc).lower() or "404" in str(exc):
+            return None
+        raise
+    return f"projects/{project}/regions/{region}/subnetworks/{name}" if found.self_link else None
 
 
 @dataclass
 class NetworkAccessArgs:
-    project: pulumi.Input[str]
+    project: str
     region: str
     network_tag: str
     source_ranges: Sequence[str]
+    door: bool = False
+    """Whether a front door reaches the server (its subnet, its firewall rule, the VPC kept)."""
     depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
 
 
@@ -63,7 +115,10 @@ class NetworkAccess(pulumi.ComponentResource):
 
     vpc: gcp.compute.Network
     subnet: gcp.compute.Subnetwork
+    door_subnet: gcp.compute.Subnetwork | None
+    """Where the front door's Direct VPC egress takes its addresses (None without a door)."""
     public_rule: gcp.compute.Firewall | None
+    door_rule: gcp.compute.Firewall | None
     iap_rule: gcp.compute.Firewall
     health_check_rule: gcp.compute.Firewall
     network: pulumi.Output[str]
@@ -72,21 +127,28 @@ class NetworkAccess(pulumi.ComponentResource):
     """The subnet's self link (a custom-mode VPC needs it named on every interface)."""
     network_name: pulumi.Output[str]
     subnetwork_name: pulumi.Output[str]
+    door_subnetwork: pulumi.Output[str] | None
     public_ranges: pulumi.Output[list[str]]
 
     def __init__(
         self, name: str, args: NetworkAccessArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("qwen36:infra:NetworkAccess", name, None, opts)
-        first = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
+        # With a door the VPC outlives destroy (see the module docstring), and is adopted if kept.
+        keep = args.door
         self.vpc = gcp.compute.Network(
             f"{name}-vpc",
             project=args.project,
             name=args.network_tag,
-            description="qwen36-mtp-l4: the server's own network (no default-network rules)",
+            description=NETWORK_DESCRIPTION,
             auto_create_subnetworks=False,
             routing_mode="REGIONAL",
-            opts=first,
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=list(args.depends_on),
+                retain_on_delete=keep,
+                import_=existing_network(args.project, args.network_tag) if keep else None,
+            ),
         )
         on_vpc = pulumi.ResourceOptions(parent=self, depends_on=[self.vpc])
         self.subnet = gcp.compute.Subnetwork(
@@ -99,8 +161,37 @@ class NetworkAccess(pulumi.ComponentResource):
             private_ip_google_access=True,
             opts=on_vpc,
         )
+        self.door_subnet = None
+        self.door_rule = None
+        if args.door:
+            door_subnet = f"{args.network_tag}-door-{args.region}"
+            self.door_subnet = gcp.compute.Subnetwork(
+                f"{name}-door-subnet",
+                project=args.project,
+                name=door_subnet,
+                description="qwen36-mtp-l4: the front door's Direct VPC egress (Cloud Run)",
+                region=args.region,
+                network=self.vpc.id,
+                ip_cidr_range=DOOR_SUBNET_CIDR,
+                private_ip_google_access=True,
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    depends_on=[self.vpc],
+                    retain_on_delete=True,
+                    import_=existing_subnetwork(args.project, args.region, door_subnet),
+                ),
+            )
+            self.door_rule = self._ingress(
+                f"{name}-door",
+                args,
+                description=f"llama-server (tcp:{PORT}) from the front door's subnet only",
+                ports=[PORT],
+                source_ranges=[DOOR_SUBNET_CIDR],
+                opts=on_vpc,
+            )
         self.public_rule = None
-        if args.source_ranges:
+        # With a door, sourceRanges opens the door (its own check), never the VM.
+        if args.source_ranges and not args.door:
             self.public_rule = self._ingress(
                 f"{name}-server",
                 args,
@@ -129,6 +220,7 @@ class NetworkAccess(pulumi.ComponentResource):
         self.subnetwork = self.subnet.self_link
         self.network_name = self.vpc.name
         self.subnetwork_name = self.subnet.name
+        self.door_subnetwork = self.door_subnet.self_link if self.door_subnet is not None else None
         self.public_ranges = pulumi.Output.from_input(list(args.source_ranges))
         self.register_outputs(
             {

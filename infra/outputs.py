@@ -17,7 +17,7 @@ LOCAL_TUNNEL_HOST = "localhost"
 
 
 PLAIN_OUTPUT_KEYS = (
-    "webUiUrl", "apiBaseUrl", "metricsUrl", "access", "groupName", "region", "zones", "staticIp",
+    "webUiUrl", "apiBaseUrl", "metricsUrl", "access", "groupName", "region", "zones",
     "logsSerial", "logsContainer", "sshIap", "iapTunnel", "members", "stop", "start",
     "estimatedHourlyCostUsd", "estimatedHourlyCostNote",
 )  # fmt: skip
@@ -31,14 +31,17 @@ class Place:
     region: str
     group: str
     zones: tuple[str, ...]
-    static_ip: str | None
+    door_url: str | None = None
+    """The front door's HTTPS origin (infra/door.py), where the single server has one."""
     replicas: int = 1
 
 
-def base_url(cfg: StackConfig, static_ip: str | None) -> str:
-    """The server's origin as the user reaches it: the static IP if a range is open, else the tunnel."""
-    host = static_ip if cfg.public_endpoint and static_ip else LOCAL_TUNNEL_HOST
-    return f"http://{host}:{PORT}"
+def base_url(place: Place) -> str:
+    """The server's origin as the user reaches it: the front door, else the local end of the tunnel.
+
+    A member's own address is never an output: it changes with every repair (no stateful IP: see
+    infra/server_group.py), so ``qwen36 status`` shows the current one."""
+    return place.door_url or f"http://{LOCAL_TUNNEL_HOST}:{PORT}"
 
 
 def _group_args(place: Place) -> str:
@@ -59,16 +62,17 @@ def members_command(project: str, region: str, group: str) -> str:
 
 def commands(place: Place) -> dict[str, str]:
     """Members get new names and may change zone on every repair, so the commands that reach one
-    find the group's current member first (``python -m qwen36 tunnel|ssh|logs``, run from the
-    repo); stopping and starting go through the group, which would otherwise repair a stopped VM."""
+    find the group's current member first (``qwen36 tunnel|ssh|logs``, the console script that
+    scripts/install_cli.sh puts on PATH); stopping and starting go through the group, which would
+    otherwise repair a stopped VM."""
     where = _group_args(place)
     group = gcloud_group(place.project, place.region, place.group)
     return {
         # The boot script's output reaches serial port 1 with a startup-script prefix, even before SSH works.
-        "logsSerial": f"python -m qwen36 logs --serial {where}",
-        "logsContainer": f"python -m qwen36 logs {where}",
-        "sshIap": f"python -m qwen36 ssh {where}",
-        "iapTunnel": f"python -m qwen36 tunnel {where}",
+        "logsSerial": f"qwen36 logs --serial {where}",
+        "logsContainer": f"qwen36 logs {where}",
+        "sshIap": f"qwen36 ssh {where}",
+        "iapTunnel": f"qwen36 tunnel {where}",
         "members": members_command(place.project, place.region, place.group),
         "stop": f"gcloud compute instance-groups managed resize {group} --size=0",
         "start": f"gcloud compute instance-groups managed resize {group} --size={place.replicas}",
@@ -77,11 +81,16 @@ def commands(place: Place) -> dict[str, str]:
 
 def access_note(cfg: StackConfig, place: Place) -> str:
     tunnel = commands(place)["iapTunnel"]
-    if cfg.public_endpoint and place.static_ip:
+    if place.door_url:
+        return (
+            f"The front door {place.door_url} answers over HTTPS with the API key and wakes the server "
+            f"on the first request after an idle stop; operators can still open the IAP tunnel: {tunnel}"
+        )
+    if cfg.public_endpoint:
         ranges = ", ".join(cfg.source_ranges)
         return (
-            f"Port {PORT} is open to {ranges} at http://{place.static_ip}:{PORT}; "
-            f"from anywhere else use the IAP tunnel: {tunnel}"
+            f"Port {PORT} is open to {ranges} on the current member's address, which changes with every "
+            f"repair (`qwen36 status` shows it); from anywhere else use the IAP tunnel: {tunnel}"
         )
     return (
         f"No source range is open (sourceRanges is empty), so the server is reachable only through "
@@ -90,8 +99,8 @@ def access_note(cfg: StackConfig, place: Place) -> str:
     )
 
 
-def urls(cfg: StackConfig, static_ip: str | None) -> dict[str, str]:
-    origin = base_url(cfg, static_ip)
+def urls(place: Place) -> dict[str, str]:
+    origin = base_url(place)
     return {"webUiUrl": f"{origin}/", "apiBaseUrl": f"{origin}/v1", "metricsUrl": f"{origin}/metrics"}
 
 
@@ -99,12 +108,11 @@ def plain_outputs(cfg: StackConfig, place: Place) -> dict[str, Any]:
     """Every output that is a function of the config and the resolved place (no secrets)."""
     cost = estimate_hourly_cost(cfg)
     outputs = {
-        **urls(cfg, place.static_ip),
+        **urls(place),
         "access": access_note(cfg, place),
         "groupName": place.group,
         "region": place.region,
         "zones": list(place.zones),
-        "staticIp": place.static_ip,
         **commands(place),
         "estimatedHourlyCostUsd": cost.usd_per_hour,
         "estimatedHourlyCostNote": cost.label,
@@ -118,10 +126,10 @@ def export_all(
     *,
     project: pulumi.Input[str],
     group_name: pulumi.Input[str],
-    static_ip: pulumi.Input[str | None],
     bucket: pulumi.Input[str],
     model_uri: pulumi.Input[str],
     api_key: pulumi.Input[str] | None,
+    door_url: pulumi.Input[str] | None = None,
 ) -> None:
     """Export the stack outputs; each key of :func:`plain_outputs` becomes one stack output."""
 
@@ -129,7 +137,7 @@ def export_all(
         place = Place(region=cfg.region, zones=tuple(cfg.zones), replicas=cfg.replicas, **values)
         return plain_outputs(cfg, place)
 
-    place = pulumi.Output.all(project=project, group=group_name, static_ip=static_ip).apply(resolve)
+    place = pulumi.Output.all(project=project, group=group_name, door_url=door_url).apply(resolve)
     for key in PLAIN_OUTPUT_KEYS:
         pulumi.export(key, place.apply(operator.itemgetter(key)))
     pulumi.export("modelBucket", bucket)

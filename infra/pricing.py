@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infra.cold_start import cold_start_s
 from infra.config import StackConfig
 
 # The project's seed figures for g2-standard-8 (8 vCPU, 32 GB, 1x L4) in us-central1.
@@ -94,13 +95,21 @@ def estimate_fleet_cost(cfg: StackConfig, *, servers_now: int, armor_rules: int)
     return FleetCost(now, most, round(edge, 4), label)
 
 
-# --- idle autostop (README "Autostop") -----------------------------------------------------------
+# --- idle autostop (docs/autostop.md) --------------------------------------------------------------
 
 # Boot disk list prices in us-central1, per GB-month. https://cloud.google.com/compute/disks-image-pricing#disk
 DISK_USD_PER_GB_MONTH = {"pd-ssd": 0.17, "pd-balanced": 0.10}
-# A wake is billed from the VM's creation until the server answers: the cached cold start
-# (GCS model cache, baked image) measured in the original write-up, rounded up.
-WAKE_MINUTES = 4
+# A wake is billed from the VM's creation until the server answers: the cold start from the GCS
+# model cache on the tooling image (infra/cold_start.py).
+WAKE_MINUTES = cold_start_s("tooling", "gcs") / 60
+
+
+# What outlives the VM, per GB-month in us-central1: the model bucket's Standard storage and the
+# tooling image (custom images bill their archive size; at most the builder's disk).
+# https://cloud.google.com/storage/pricing#storage-pricing
+# https://cloud.google.com/compute/disks-image-pricing#imagestorage
+BUCKET_USD_PER_GB_MONTH = 0.020
+IMAGE_USD_PER_GB_MONTH = 0.05
 
 
 @dataclass(frozen=True)
@@ -143,7 +152,7 @@ def autostop_costs(
 
 
 def autostop_cost_table(cfg: StackConfig) -> str:
-    """The README's table (tests/idle checks that the README carries exactly this)."""
+    """docs/autostop.md's table (scripts/gen_docs.py renders it there; tests/test_docs.py checks it)."""
     c = autostop_costs(cfg)
     machine = f"{cfg.provisioning_model.lower()} {cfg.machine_type}"
     disk = f"{cfg.boot_disk_size_gb} GB {cfg.boot_disk_type}"

@@ -50,10 +50,17 @@ UNHEALTHY_THRESHOLD = 3
 # (https://cloud.google.com/compute/docs/instance-groups/about-repair), so STOP would not keep the
 # disk for a restart; it would only leave a TERMINATED VM, pinned to its stocked-out zone and its
 # pd-ssd still billed, until the group acts. DELETE frees both at once and lets the group create
-# the replacement in any listed zone with capacity (on_repair.allow_changing_zone). Whether a group
-# would restart a STOP-mode member in place, disk and all, is the one live check the README names.
+# the replacement in any listed zone with capacity (on_repair.allow_changing_zone).
 # https://cloud.google.com/compute/docs/instances/spot#preemption-process
 SPOT_TERMINATION_ACTION = "DELETE"
+
+# Repair into another zone when the member's own has no capacity: the spot market's stockouts are
+# per zone. GCE supports it only for a group with no stateful configuration, update-on-repair on and
+# a BALANCED or ANY shape, so the group carries no stateful policy of any kind (no stateful IP, no
+# per-instance config): the single server's way in is the front door (infra/door.py) or an IAP
+# tunnel, both of which find the current member, never a fixed address.
+# https://cloud.google.com/compute/docs/instance-groups/repair-vm-in-alternate-zone#limitations
+ALLOW_CHANGING_ZONE = "YES"
 
 
 def scheduling_args(cfg: StackConfig) -> gcp.compute.RegionInstanceTemplateSchedulingArgs:
@@ -97,12 +104,33 @@ def initial_delay_s(cfg: StackConfig) -> int:
     return max(0, min(MAX_INITIAL_DELAY_S, cfg.health_timeout_minutes * 60))
 
 
-def max_unavailable(zones: Sequence[str]) -> int:
-    """For a regional group a fixed maxUnavailable must be 0 or at least the number of zones, and
-    with maxSurge 0 (one L4 quota cannot hold the old member and the new) it cannot be 0.
-    https://cloud.google.com/compute/docs/instance-groups/regional-mig-updates (pulumi-gcp:
-    RegionInstanceGroupManagerUpdatePolicy.max_unavailable_fixed)."""
-    return len(zones)
+def update_policy(cfg: StackConfig) -> gcp.compute.RegionInstanceGroupManagerUpdatePolicyArgs:
+    """How a new template rolls out. A regional group's fixed maxSurge and maxUnavailable must each
+    be 0 or at least the number of zones
+    (https://cloud.google.com/compute/docs/instance-groups/regional-mig-updates#max_surge).
+
+    One server: nothing can stay up while it is replaced (one L4's quota cannot hold the old member
+    and the new), so RECREATE with maxSurge 0, and maxUnavailable the zone count, the smallest
+    non-zero value GCE allows. A fleet: new members first (SUBSTITUTE, maxSurge the zone count,
+    maxUnavailable 0), so a rollout never takes a server away before its replacement serves; it
+    needs room in the L4 quota for up to one extra member per zone while it runs, which the
+    preflight (``qwen36 check``) counts.
+    """
+    zones = len(cfg.zones)
+    return gcp.compute.RegionInstanceGroupManagerUpdatePolicyArgs(
+        type="PROACTIVE",
+        minimal_action="REPLACE",
+        most_disruptive_allowed_action="REPLACE",
+        instance_redistribution_type=REDISTRIBUTION,
+        replacement_method="SUBSTITUTE" if cfg.fleet else "RECREATE",
+        max_surge_fixed=rollout_surge(cfg),
+        max_unavailable_fixed=0 if cfg.fleet else zones,
+    )
+
+
+def rollout_surge(cfg: StackConfig) -> int:
+    """Members a rollout may add above the target size (what the L4 quota must leave room for)."""
+    return len(cfg.zones) if cfg.fleet else 0
 
 
 def sha256_hex(text: str) -> str:
@@ -116,7 +144,9 @@ class ServerGroupArgs:
     group_name: str
     """The GCE name of the group and the prefix of its members' names (the deployment name)."""
     image: pulumi.Input[str]
-    """The boot image the group settles on (a family reference: GCE resolves it at each VM's creation)."""
+    """The boot image (a family reference: GCE resolves it at each VM's creation). Where it is this
+    deployment's own bake, the output resolves once the image exists, so the template, and with it
+    the group, waits for the bake (infra/tooling_image.py)."""
     service_account_email: pulumi.Input[str]
     bucket: pulumi.Input[str]
     api_key_secret: pulumi.Input[str] | None
@@ -131,26 +161,19 @@ class ServerGroupArgs:
     """Group fields another actor changes (e.g. ``targetSize`` for an autoscaler or an idle stop)."""
     labels: Mapping[str, str] = field(default_factory=dict)
     depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
-    bootstrap_image: str | None = None
-    """An image to start on while ``image`` does not exist yet (the stock image during the first
-    bake): the group starts on a template with it, and ``pending_template`` is the one to move to."""
+    door_url: pulumi.Input[str] | None = None
+    """The front door's URL, for the idle watcher's stop call (None: the watcher resizes itself)."""
 
 
 class ServerGroup(pulumi.ComponentResource):
-    """The reserved IP, the health check, the instance template and the regional group."""
+    """The health check, the instance template and the regional group that runs it."""
 
-    address: gcp.compute.Address | None
     health_check: gcp.compute.HealthCheck
     template: gcp.compute.RegionInstanceTemplate
-    """The template on ``args.image``: the group's own, or the one it moves to (``pending_template``)."""
-    bootstrap_template: gcp.compute.RegionInstanceTemplate | None
-    pending_template: gcp.compute.RegionInstanceTemplate | None
-    """Set while the group runs the bootstrap template: the template infra/image_switch.py moves it to."""
     group: gcp.compute.RegionInstanceGroupManager
     group_name: pulumi.Output[str]
     instance_group: pulumi.Output[str]
     region: pulumi.Output[str]
-    static_ip: pulumi.Output[str | None]
     template_id: pulumi.Output[str]
     startup_script: pulumi.Output[str]
     startup_script_sha256: pulumi.Output[str]
@@ -159,21 +182,6 @@ class ServerGroup(pulumi.ComponentResource):
         super().__init__("qwen36:infra:ServerGroup", name, None, opts)
         cfg = args.cfg
         child = pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on))
-        # One member at a fixed size: the reserved address is its address, across every repair.
-        pin_address = args.target_size == 1
-        self.address = (
-            gcp.compute.Address(
-                f"{name}-ip",
-                project=args.project,
-                region=cfg.region,
-                address_type="EXTERNAL",
-                network_tier=NETWORK_TIER,
-                labels=dict(args.labels),
-                opts=child,
-            )
-            if pin_address
-            else None
-        )
         self.health_check = gcp.compute.HealthCheck(
             f"{name}-health",
             project=args.project,
@@ -189,43 +197,29 @@ class ServerGroup(pulumi.ComponentResource):
         )
         self.startup_script = self._render_script(cfg, args)
         self.startup_script_sha256 = self.startup_script.apply(sha256_hex)
-        self.template = self._template(f"{name}-template", args.image, args, child)
-        # Where the settled image is still being baked, the group must not wait for it: it starts on
-        # a twin template with the bootstrap image and is moved over once the bake is done.
-        self.bootstrap_template = (
-            self._template(f"{name}-bootstrap-template", args.bootstrap_image, args, child)
-            if args.bootstrap_image is not None
-            else None
-        )
-        self.pending_template = self.template if self.bootstrap_template is not None else None
-        self.group = self._group(name, args, self.bootstrap_template or self.template)
+        self.template = self._template(f"{name}-template", args, child)
+        self.group = self._group(name, args, self.template)
         self.group_name = self.group.name
         self.instance_group = self.group.instance_group
         self.region = pulumi.Output.from_input(cfg.region)
-        self.static_ip = self.address.address if self.address is not None else pulumi.Output.from_input(None)
-        self.template_id = (self.bootstrap_template or self.template).self_link
+        self.template_id = self.template.self_link
         self.register_outputs(
             {
                 "group_name": self.group_name,
                 "instance_group": self.instance_group,
                 "region": self.region,
-                "static_ip": self.static_ip,
                 "template_id": self.template_id,
                 "startup_script_sha256": self.startup_script_sha256,
             }
         )
 
     def _template(
-        self,
-        resource_name: str,
-        image: pulumi.Input[str],
-        args: ServerGroupArgs,
-        child: pulumi.ResourceOptions,
+        self, resource_name: str, args: ServerGroupArgs, child: pulumi.ResourceOptions
     ) -> gcp.compute.RegionInstanceTemplate:
         cfg = args.cfg
-        access = gcp.compute.RegionInstanceTemplateNetworkInterfaceAccessConfigArgs(
-            nat_ip=self.address.address if self.address is not None else None, network_tier=NETWORK_TIER
-        )
+        # An ephemeral external address per member, for egress only (apt, ghcr.io, Hugging Face):
+        # the firewall (infra/network.py) admits nothing from the internet to it.
+        access = gcp.compute.RegionInstanceTemplateNetworkInterfaceAccessConfigArgs(network_tier=NETWORK_TIER)
         return gcp.compute.RegionInstanceTemplate(
             resource_name,
             project=args.project,
@@ -244,7 +238,7 @@ class ServerGroup(pulumi.ComponentResource):
                 gcp.compute.RegionInstanceTemplateDiskArgs(
                     boot=True,
                     auto_delete=True,
-                    source_image=image,
+                    source_image=args.image,
                     disk_size_gb=cfg.boot_disk_size_gb,
                     disk_type=cfg.boot_disk_type,
                 )
@@ -290,38 +284,16 @@ class ServerGroup(pulumi.ComponentResource):
                 health_check=self.health_check.self_link, initial_delay_sec=initial_delay_s(cfg)
             ),
             # A stopped, preempted or failed member is recreated, in another listed zone when its own
-            # has no capacity, and from the current template.
+            # has no capacity, and from the current template (update on repair).
             # https://cloud.google.com/compute/docs/instance-groups/about-repair
             instance_lifecycle_policy=gcp.compute.RegionInstanceGroupManagerInstanceLifecyclePolicyArgs(
                 default_action_on_failure="REPAIR",
                 force_update_on_repair="YES",
                 on_repair=gcp.compute.RegionInstanceGroupManagerInstanceLifecyclePolicyOnRepairArgs(
-                    allow_changing_zone="YES"
+                    allow_changing_zone=ALLOW_CHANGING_ZONE
                 ),
             ),
-            update_policy=gcp.compute.RegionInstanceGroupManagerUpdatePolicyArgs(
-                type="PROACTIVE",
-                minimal_action="REPLACE",
-                most_disruptive_allowed_action="REPLACE",
-                instance_redistribution_type=REDISTRIBUTION,
-                # RECREATE keeps the member's name and its stateful IP; it needs maxSurge 0, which is
-                # also what a one-L4 quota needs: the old member goes before the new one comes.
-                replacement_method="RECREATE",
-                max_surge_fixed=0,
-                max_unavailable_fixed=max_unavailable(cfg.zones),
-            ),
-            # The member's external IP is part of its preserved state: the group re-attaches it on
-            # every autoheal, update and recreation, and NEVER leaves the Pulumi-owned address alone
-            # when a member goes. https://cloud.google.com/compute/docs/instance-groups/configuring-stateful-ip-addresses-in-migs
-            # Only for the one member that holds the reserved address: for members with ephemeral
-            # addresses the policy would reserve one each, and NEVER would keep them after a scale-in.
-            stateful_external_ips=[
-                gcp.compute.RegionInstanceGroupManagerStatefulExternalIpArgs(
-                    interface_name=NIC, delete_rule="NEVER"
-                )
-            ]
-            if self.address is not None
-            else None,
+            update_policy=update_policy(cfg),
             # The health gate waits with diagnoses (stockout, quota); the provider would only block.
             wait_for_instances=False,
             opts=pulumi.ResourceOptions(
@@ -334,6 +306,9 @@ class ServerGroup(pulumi.ComponentResource):
     @staticmethod
     def _render_script(cfg: StackConfig, args: ServerGroupArgs) -> pulumi.Output[str]:
         inputs = pulumi.Output.all(
-            bucket=args.bucket, api_key_secret=args.api_key_secret, project=args.project
+            bucket=args.bucket,
+            api_key_secret=args.api_key_secret,
+            project=args.project,
+            door_url=args.door_url,
         )
         return inputs.apply(lambda a: render_boot_script(cfg, **a))

@@ -3,10 +3,18 @@
 A server VM booted from it skips the docker install and image pull (~170 s measured) of its cold
 start, since the boot script finds that work done. On by default (``buildToolingImage``): where the
 build's family ``qwen36-mtp-l4-tooling-b<build>`` holds no image yet, the :class:`ToolingImage`
-component bakes one *beside* the first server, never before it. The group starts on the stock image
-(the first deploy serves as soon as it would without a bake) and moves onto the baked template once
-the image exists (infra/image_switch.py). Later deployments find the family
-(:func:`find_tooling_image`) and boot from it at once; a new llama.cpp build bakes a new family.
+component bakes one *before* the group exists: the group's template names the baked image, so
+Pulumi creates the template, and then the group, once the image exists. Later deployments find the
+family (:func:`find_tooling_image`) and boot from it at once; a new llama.cpp build bakes a new family.
+
+Why before and not beside the first server (the earlier design started the group on the stock image
+and moved it over with ``gcloud ... set-instance-template`` once the bake was done): by the project's
+own phase table (``python -m bench.first_deploy``), ``pulumi up`` returns sooner with the bake first
+(no second cold start after the move), there is no outage of the move, and the group never runs a
+template Pulumi did not declare. The out-of-band switch left a template in use that ``pulumi
+destroy`` deleted in any order (GCE refuses to delete a template a group uses,
+``resourceInUseByAnotherResource``, and the provider does not retry), and it changed the group's
+fingerprint behind Pulumi's back.
 
 Instance templates name the family, not an image: GCE resolves a family to its newest image each
 time it creates a VM, so every repair and every scale-out boots the newest bake without a template
@@ -45,6 +53,7 @@ import pulumi_gcp as gcp
 from pulumi_command import local
 
 from infra.bake_script import bake_script_hash, render_bake_script
+from infra.cold_start import COLD_START_STOCK, COLD_START_TOOLING, DOCKER_AND_PULL_S
 from infra.config import BOOT_DISK_BASE_GB, DISK_HEADROOM_GB, PROJECT, SERVER_IMAGE_GB, StackConfig
 from infra.health_gate import REPO_ROOT, wait_command
 from infra.llama_cpp import server_image
@@ -80,11 +89,6 @@ MAX_ACCOUNT_ID = 30
 # GVNIC for the gVNIC network interface that G2 machines support.
 # https://cloud.google.com/compute/docs/images/create-custom#guest-os-features
 IMAGE_GUEST_OS_FEATURES = ("UEFI_COMPATIBLE", "VIRTIO_SCSI_MULTIQUEUE", "GVNIC")
-
-# Measured cold starts of the original (first boot to /health ok, model from the GCS cache).
-COLD_START_STOCK = "~3.5 min"
-COLD_START_TOOLING = "~2 min"
-DOCKER_AND_PULL_S = 170
 
 BAKE_SCRIPT_ENV = "QWEN36_BAKE_SCRIPT"
 # A local.Command whose inputs change but whose triggers do not is *updated*, and without an
@@ -385,8 +389,6 @@ class ImageChoice:
     source: Literal["tooling", "stock"]
     summary: str
     """One line for the preview and a stack output: which image, and the cold start to expect."""
-    bootstrap: str | None = None
-    """The stock image the group starts on while ``image`` is still being baked, else None."""
 
 
 def find_tooling_image(cfg: StackConfig, project: str | None = None) -> pulumi.Output[str] | None:
@@ -422,18 +424,18 @@ def choose_server_image(
     cfg: StackConfig, found: pulumi.Input[str] | None = None, tooling: ToolingImage | None = None
 ) -> ImageChoice:
     """The server's boot image: the build's family where it holds an image (``found``, from
-    :func:`find_tooling_image`), else this stack's bake with the stock image to start on, else stock."""
+    :func:`find_tooling_image`), else this stack's bake (the group waits for it), else stock."""
     family = tooling_family(cfg.llama_cpp_build)
     if found is not None:
         return ImageChoice(found, "tooling", _tooling_summary(family))
     if tooling is not None and cfg.use_tooling_image:
         summary = (
-            f"the server starts on the stock image ({COLD_START_STOCK} cold start) while the tooling image "
-            f"{family} bakes beside it, then moves onto it (one restart, during this `pulumi up`); from "
-            f"then on every repair boots the tooling image: {COLD_START_TOOLING}"
+            f"the tooling image {family} is baked first (this `pulumi up` only; `python -m "
+            f"bench.first_deploy` prints the timeline), then the server boots it, as does every "
+            f"repair: {COLD_START_TOOLING} cold start"
         )
         pulumi.log.info(summary)
-        return ImageChoice(tooling.family_url, "tooling", summary, bootstrap=stock_image_url(cfg))
+        return ImageChoice(tooling.family_url, "tooling", summary)
     if not cfg.use_tooling_image:
         pulumi.log.info(f"useToolingImage is false: {_stock_summary(cfg)}")
     return ImageChoice(stock_image_url(cfg), "stock", _stock_summary(cfg))
@@ -454,6 +456,6 @@ def _stock_summary(cfg: StackConfig) -> str:
     )
     return (
         f"the server boots the stock image {cfg.image_project}/{cfg.image_family} and installs docker "
-        f"and pulls the llama.cpp image at boot (~{DOCKER_AND_PULL_S} s): cold start {COLD_START_STOCK} "
+        f"and pulls the llama.cpp image at boot (~{DOCKER_AND_PULL_S:.0f} s): cold start {COLD_START_STOCK} "
         f"with the model in the GCS cache{hint}"
     )

@@ -1,4 +1,4 @@
-"""``python -m qwen36 <command>``: the project's commands, one module each.
+"""``qwen36 <command>`` (or ``python -m qwen36``): the project's commands, one module each.
 
 Every module in ``COMMANDS`` has ``register(subparsers)``, which adds its subparser and sets
 ``func`` (``args -> exit code``) as its default. Modules import their heavy dependencies inside
@@ -18,13 +18,12 @@ COMMANDS = (
     "qwen36.tunnel",
     "qwen36.wake",
     "qwen36.status",
+    "qwen36.check",
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m qwen36", description=__doc__.splitlines()[0] if __doc__ else None
-    )
+    parser = argparse.ArgumentParser(prog="qwen36", description=__doc__.splitlines()[0] if __doc__ else None)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(name).register(subparsers)

@@ -14,8 +14,9 @@ group's errors (``qwen36/group.py``), and passes when a member is RUNNING and th
 Only a report written during the member's current start counts (its time against the instance's
 ``lastStartTimestamp``): a ``failed`` or ``ready`` left by an earlier boot is ignored. Without a
 current report the serial console's last boot line stands in as progress. A current ``failed``
-stops the wait at once, and so does a quota error; a stockout is reported, with what the user can
-do, while GCE keeps trying. Every wait is bounded by a deadline.
+stops the wait at once, and so does a group error that cannot clear (a quota, an organization-policy
+violation, a missing permission: qwen36/gate_blockers.py); a stockout is reported, with what the user
+can do, while GCE keeps trying. Every wait is bounded by a deadline.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 
 from infra import boot_protocol
+from qwen36.gate_blockers import cannot_clear, zone_without_accelerator
 from qwen36.group import (
     CONTAINER_NAME,
     SERIAL_PORT,
@@ -321,7 +323,7 @@ def wait_ready(
             if view.stopped:
                 summary = (
                     f"group {group.group if group else ''} is stopped (size 0, e.g. by idle autostop): "
-                    "nothing to wait for; `python -m qwen36 wake` starts it from the current template"
+                    "nothing to wait for; `qwen36 wake` starts it from the current template"
                 )
                 emit(summary)
                 return summary
@@ -378,11 +380,11 @@ def _read_group(
         if key in view.seen_errors:
             continue
         view.seen_errors.add(key)
-        line = error_line(error, view.stockout_zones, group, bound)
-        if error.quota:
-            raise WaitFailed(
-                diagnose(line.removeprefix("group: "), view.parts, group, view, reader, progress)
-            )
+        line = zone_without_accelerator(error) or error_line(error, view.stockout_zones, group, bound)
+        # A quota, an org policy or a missing permission cannot clear while we wait (qwen36/gate_blockers.py).
+        fatal = line.removeprefix("group: ") if error.quota else cannot_clear(error, group)
+        if fatal:
+            raise WaitFailed(diagnose(fatal, view.parts, group, view, reader, progress))
         progress.say(line)
     member, member_obs = observe_member(members, problem)
     if members is None:

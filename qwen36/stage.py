@@ -1,6 +1,6 @@
-"""``python -m qwen36 stage``: put the model into the stack's bucket once, so boots take the fast path.
+"""``qwen36 stage``: put the model into the stack's bucket once, so boots take the fast path.
 
-    python -m qwen36 stage [--from-hf | --from-file PATH] [--stack S] [--bucket B] [--object O]
+    qwen36 stage [--from-hf | --from-file PATH] [--stack S] [--bucket B] [--object O]
 
 The bucket comes from ``pulumi stack output modelBucket``, the object name from the stack config
 (``models/<modelRepo>/<modelFile>``, ``infra.model_cache.model_object_name``). The config is read from

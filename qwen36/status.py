@@ -1,4 +1,4 @@
-"""``python -m qwen36 status``: is the server running, idle-stopped, being repaired or stocked out?
+"""``qwen36 status``: is the server running, idle-stopped, being repaired or stocked out?
 
 It reads the server's managed instance group through the Compute API with the deployer's
 credentials: the group's target size (0 after an idle stop), its member's status and current
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from infra import boot_protocol
 from qwen36.group import ComputeApiReader, GroupTarget, Member
 
 API_KEY_ENV = "QWEN36_API_KEY"
@@ -166,8 +167,9 @@ class GroupApi:
     def members(self) -> list[Member]:
         return self.reader.members(self.target)
 
-    def idle_report(self, member: Member) -> str | None:
-        return self.reader.guest_attributes(member.target(self.where.project)).get(IDLE_KEY)
+    def guest_attributes(self, member: Member) -> dict[str, str]:
+        """The member's ``qwen36/`` guest attributes: the idle watcher's report and the boot's."""
+        return self.reader.guest_attributes(member.target(self.where.project))
 
 
 def classify(target_size: int, members: list[Member]) -> Status:
@@ -211,8 +213,20 @@ def describe(api: GroupApi, now: datetime | None = None) -> str:
     line = f"{status.state}: {status.detail}"
     if status.state == RUNNING and status.member is not None:
         now = now or datetime.now(UTC)
-        line += f"; {since_last_request(api.idle_report(status.member), now)}"
+        attributes = api.guest_attributes(status.member)
+        line += f"; {since_last_request(attributes.get(IDLE_KEY), now)}"
+        line += boot_figures(attributes.get(boot_protocol.KEY_REPORT))
     return line
+
+
+def boot_figures(report: str | None) -> str:
+    """``; boot: model from gcs at ... MB/s (...), loaded in ... s, ready ... s after boot`` from the
+    member's ready report (infra/boot_protocol.py ready_figures), or nothing."""
+    try:
+        figures = boot_protocol.ready_figures(boot_protocol.parse_report(report)) if report else None
+    except boot_protocol.ReportFormatError:
+        return ""
+    return f"; boot: {figures}" if figures else ""
 
 
 def add_group_arguments(parser: argparse.ArgumentParser) -> None:

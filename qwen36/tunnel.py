@@ -1,4 +1,4 @@
-"""``python -m qwen36 tunnel|ssh|logs``: reach the server group's current member, wherever it runs now.
+"""``qwen36 tunnel|ssh|logs``: reach the server group's current member, wherever it runs now.
 
 A repaired member may come back with a new name or in another zone, so a fixed
 ``gcloud compute start-iap-tunnel <vm> --zone=<zone>`` goes stale. These commands ask the Compute

@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m qwen36")
+    parser = argparse.ArgumentParser(prog="qwen36")
     register(parser.add_subparsers(required=True))
     args = parser.parse_args(argv)
     return int(args.func(args))

@@ -1,4 +1,4 @@
-"""``python -m qwen36 wake``: bring an idle-stopped server back and wait until it answers.
+"""``qwen36 wake``: bring an idle-stopped server back and wait until it answers.
 
 It resizes the server's group back to its size (the group creates a fresh member from the current
 template, in any zone of the region with capacity), waits with the same gate and progress lines as
@@ -42,7 +42,7 @@ def wait_for_member(api: GroupApi, deadline: float, poll_s: float) -> Member:
         if members:
             return members[0]
         if time.monotonic() >= deadline:
-            raise StatusError("the group created no member before the timeout; run `python -m qwen36 status`")
+            raise StatusError("the group created no member before the timeout; run `qwen36 status`")
         time.sleep(poll_s)
 
 

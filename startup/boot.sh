@@ -90,6 +90,7 @@ DEGRADED=0
 KEY_CHANGED=0
 EARLY_PIDS=() # the model and key jobs started beside a GPU reset (start_early_jobs)
 GPU_NAME="" GPU_DRIVER="" GPU_UUID="" GPU_ECC="" # read_gpu
+LOAD_STARTED="" # when step_server (re)started the container, for the ready report's load time
 
 report() {
   # Terminal reports wait for room under the guest-attribute ration; steps are best effort. Once
@@ -329,7 +330,7 @@ pick_model_dir() {
 save_model_state() {
   # Plain assignments (not declare -p): sourced inside a function, declare would make them local.
   local name
-  for name in SERVE_DIR SERVE_FROM EXPECTED_SHA OBJ_SIZE OBJ_CRC OBJ_SHA OBJ_GEN GCS_STATE; do
+  for name in SERVE_DIR SERVE_FROM EXPECTED_SHA OBJ_SIZE OBJ_CRC OBJ_SHA OBJ_GEN GCS_STATE FETCH_S FETCH_BYTES FETCH_SLICES; do
     printf '%s=%q\n' "$name" "${!name}"
   done >"$MODEL_STATE.tmp"
   mv -f "$MODEL_STATE.tmp" "$MODEL_STATE"
@@ -337,6 +338,7 @@ save_model_state() {
 
 prepare_model() {
   CURRENT_PHASE=$PHASE_MODEL
+  FETCH_S="" FETCH_BYTES="" FETCH_SLICES=""
   if [[ -f $RAM_MARKER && -f $RAM_MODEL ]] && [[ $(<"$RAM_MARKER") == "${MODEL_SHA256:-$(<"$RAM_MARKER")}" ]]; then
     # The startup script run again in the same boot: the RAM copy already passed its hash.
     SERVE_DIR=$MODEL_RAM_DIR SERVE_FROM=ram EXPECTED_SHA=$(<"$RAM_MARKER")
@@ -619,14 +621,17 @@ step_server() {
         if [[ -e $MODEL_REFRESHED ]]; then
           report "$PHASE_SERVER" "restarting $CONTAINER_NAME on the new model file"
           timeout "$DOCKER_CMD_TIMEOUT_S" docker restart "$CONTAINER_NAME" >/dev/null
+          LOAD_STARTED=$(ga_clock)
           return 0
         fi
         report "$PHASE_SERVER" "container $CONTAINER_NAME already runs the wanted image and arguments; left alone"
+        LOAD_STARTED=""
         return 0
         ;;
       "false $spec")
         report "$PHASE_SERVER" "starting the existing container $CONTAINER_NAME"
         timeout "$DOCKER_CMD_TIMEOUT_S" docker start "$CONTAINER_NAME" >/dev/null
+        LOAD_STARTED=$(ga_clock)
         return 0
         ;;
     esac
@@ -638,6 +643,7 @@ step_server() {
   report "$PHASE_SERVER" "starting $SERVER_IMAGE"
   timeout "$DOCKER_CMD_TIMEOUT_S" docker run -d --name "$CONTAINER_NAME" \
     --label "$SPEC_LABEL=$spec" "${opts[@]}" "$SERVER_IMAGE" "${args[@]}" >/dev/null
+  LOAD_STARTED=$(ga_clock)
 }
 
 container_state() {
@@ -657,6 +663,32 @@ log_tail() {
   printf 'last log lines: %s' "$(tr '\n' '|' <<<"$lines")"
 }
 
+ready_figures() {
+  # READY_FIGURES: the cold start as this boot measured it, name=value words (infra/boot_protocol.py
+  # FIGURES) for the ready report: where the file came from, the fetch's rate, slices and time,
+  # the load (from the container's start to this first /health 200, so up to one poll late) and
+  # the time since the kernel started. Real seconds: the sandbox's time scale does not apply.
+  READY_FIGURES="$FIGURE_FETCH_FROM=$SERVE_FROM"
+  if [[ -n $FETCH_S && -n $FETCH_BYTES ]]; then
+    READY_FIGURES+=" $FIGURE_FETCH_MB_S=$(awk -v b="$FETCH_BYTES" -v s="$FETCH_S" 'BEGIN { r = 0; if (s > 0) r = b / 1e6 / s; printf "%.1f", r }')"
+    [[ -z $FETCH_SLICES ]] || READY_FIGURES+=" $FIGURE_FETCH_SLICES=$FETCH_SLICES"
+    READY_FIGURES+=" $FIGURE_FETCH_S=$(awk -v s="$FETCH_S" 'BEGIN { printf "%.1f", s }')"
+  fi
+  [[ -z $LOAD_STARTED ]] || READY_FIGURES+=" $FIGURE_LOAD_S=$(awk -v s="$(seconds_since "$LOAD_STARTED")" 'BEGIN { printf "%.1f", s }')"
+  READY_FIGURES+=" $FIGURE_READY_S=$(uptime_s)"
+}
+
+uptime_s() {
+  # Seconds since the kernel started, one decimal (the sandbox gives the boot's epoch instead).
+  local up
+  if [[ -n ${QWEN36_BOOT_EPOCH:-} ]]; then
+    up=$(seconds_since "$QWEN36_BOOT_EPOCH")
+  else
+    read -r up _ </proc/uptime
+  fi
+  awk -v u="$up" 'BEGIN { printf "%.1f", u }'
+}
+
 step_ready() {
   CURRENT_PHASE=$PHASE_SERVER
   report "$PHASE_SERVER" "waiting for $HEALTH_URL"
@@ -666,7 +698,8 @@ step_ready() {
   for ((i = 0; i < HEALTH_FAST_POLLS + HEALTH_POLLS; i++)); do
     if curl -fsS --max-time "$HEALTH_PROBE_TIMEOUT_S" "$HEALTH_URL" >/dev/null 2>&1; then
       local detail
-      detail="llama-server healthy $(seconds_since_boot) s after boot"
+      ready_figures
+      detail="llama-server healthy $(seconds_since_boot) s after boot; $READY_FIGURES"
       if ((DEGRADED)); then
         detail+="; degraded: ECC is enabled, ctx-size $DEGRADED_CTX_SIZE"
       fi
@@ -779,8 +812,8 @@ start_idle_watch() {
   fi
   local -a key=() door=()
   [[ -z $API_KEY_SECRET ]] || key=(--key-file "$KEY_FILE")
-  # With the front door the door makes the stop (this VM's account has no Compute permission then).
-  [[ -z ${DOOR_URL:-} ]] || door=(--door-url "$DOOR_URL")
+  # With a front door, the door stops the group (it holds the only grant that can: infra/autostop.py).
+  [[ -z $IDLE_STOP_DOOR_URL ]] || door=(--door-url "$IDLE_STOP_DOOR_URL")
   # --collect unloads the unit once it ends, failed or not, so the next boot can reuse its name.
   if systemd-run --quiet --collect --unit="$IDLE_UNIT" -p Restart=on-failure -p RestartSec="$IDLE_RESTART_S" \
     "$(command -v python3)" "$IDLE_WATCH_TOOL" --metrics-url "$IDLE_METRICS_URL" \

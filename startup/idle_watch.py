@@ -21,7 +21,7 @@ with ``size=0`` (https://cloud.google.com/compute/docs/reference/rest/v1/regionI
 made with the VM's own service account (a metadata-server token), on the group named by the
 ``created-by`` metadata GCE sets on every managed instance. Resize to 0 deletes the member and its
 boot disk, so nothing is billed while stopped, and a wake lets the group place the new member in any
-zone with capacity (a stopped member could only restart in its old zone). README "Autostop" has the
+zone with capacity (a stopped member could only restart in its old zone). docs/autostop.md has the
 comparison with ``stopInstances`` and its costs.
 
 With the front door (``--door-url``, the single server's default) the stop is the door's: the VM's

@@ -110,8 +110,11 @@ ga_decide() {
       } else if (mode == "step" && same >= 0 && now - same < progress) {
         print "skip"
       } else {
+        # Never a ">" among print arguments: mawk 1.3.4 (Ubuntu'"'"'s awk) reads it as a redirection,
+        # and "pause > 0 ? pause : 0" wrote the verdict to a file named 0.
         pause = last < 0 ? 0 : last + gap - now
-        printf "write %.3f\n", pause > 0 ? pause : 0
+        if (pause < 0) pause = 0
+        printf "write %.3f\n", pause
       }
     }' "$GA_LEDGER"
 }

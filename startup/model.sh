@@ -28,7 +28,11 @@ TMPFS_SLACK_MIB=256
 # of >= 256 MiB keep a 16 Gbps NIC busy where one stream gives ~200 MiB/s.
 # https://cloud.google.com/storage/docs/sliced-object-downloads
 GCS_COMPONENTS=32
-GCS_COMPONENT_SIZE=256M
+GCS_COMPONENT_MIB=256
+# Set rather than left to gcloud, so the slice count the boot reports is the one gcloud used: it
+# slices an object above this size into min(ceil(size / component size), max components) ranges
+# (googlecloudsdk/command_lib/storage/tasks/cp/file_download_task.py and copy_component_util.py).
+GCS_SLICE_THRESHOLD_MIB=150
 GCS_PROCESSES=8
 GCS_THREADS=4
 GCS_FETCH_TIMEOUT_S=900
@@ -60,6 +64,10 @@ SERVE_FROM=""         # gcs | hub | disk
 EXPECTED_SHA=""       # what the post-serve hash must equal (pinned, the object's, or the hub's)
 OBJ_SIZE="" OBJ_CRC="" OBJ_SHA="" OBJ_GEN="" OBJ_META_SIZE=""
 HUB_SHA="" HUB_SIZE=0
+HF_BIN=""             # set by hf_tool
+# The fetch of the served file, for the ready report's figures (infra/boot_protocol.py FIGURES).
+FETCH_S="" FETCH_BYTES="" FETCH_SLICES=""
+GCS_SLICES=1          # set by gcs_copy
 FETCH_DIR=""
 GCS_STATE=""          # ok | missing | no-sha | bad | error: what the cache object is
 SKIP_GCS=0            # set after the cached copy failed its post-serve hash
@@ -73,6 +81,11 @@ boot_age_s() {
     read -r up _ </proc/uptime
   fi
   awk -v u="$up" -v k="$TIME_SCALE" 'BEGIN { printf "%d", u / k }'
+}
+
+seconds_since() {
+  # seconds_since START: real seconds (3 decimals) since START, a ga_clock reading.
+  awk -v now="$(ga_clock)" -v start="$1" 'BEGIN { printf "%.3f", now - start }'
 }
 
 mib_of() {
@@ -200,6 +213,7 @@ gcs_copy() {
   # of every slice and of the whole; if_fast_else_fail turns a missing compiled crc32c (which
   # silently means one stream and no sliced download) into an error, and the download is then made
   # on purpose in one stream, hashed in Python (slow, still checked), with the reason in the log.
+  # 0 in place; 2 the whole object arrived and its CRC32C does not match (a bad object); 1 else.
   local dest=$1 rc=0 out check=if_fast_else_fail
   out=$(gcs_cp "$check" "$dest") || rc=$?
   if ((rc != 0)) && grep -qi 'crc32c' <<<"$out"; then
@@ -210,6 +224,14 @@ gcs_copy() {
   if ((rc != 0)); then
     log "gcloud storage cp $GCS_URL failed (exit $rc): $(tr '\n' ' ' <<<"$out")"
     rm -f "$dest" "${dest}_.gstmp"
+    # gcloud compares the CRC32C of what it wrote with the object's once the whole object is in
+    # (googlecloudsdk/command_lib/storage/hash_util.py, validate_object_hashes_match: "Source hash
+    # ... does not match destination hash ..."); a cut transfer fails otherwise. Over HTTPS the
+    # wire is checked record by record, so whole bytes that differ are the object's, and another
+    # download of the same generation gets them again.
+    if grep -qE 'HashMismatchError|does not match destination hash' <<<"$out"; then
+      return 2
+    fi
     return 1
   fi
   local size
@@ -219,25 +241,50 @@ gcs_copy() {
     rm -f "$dest"
     return 1
   fi
+  gcs_slices "$size" "$check"
+}
+
+gcs_slices() {
+  # gcs_slices BYTES CHECK_HASHES: GCS_SLICES, the ranges gcloud split the download into. Without a
+  # compiled crc32c (the "always" fallback) it does no sliced download.
+  # https://cloud.google.com/storage/docs/sliced-object-downloads
+  local size=$1 piece=$((GCS_COMPONENT_MIB * 1048576))
+  GCS_SLICES=1
+  if [[ $2 == if_fast_else_fail ]] && ((size > GCS_SLICE_THRESHOLD_MIB * 1048576)); then
+    GCS_SLICES=$(((size + piece - 1) / piece))
+    ((GCS_SLICES <= GCS_COMPONENTS)) || GCS_SLICES=$GCS_COMPONENTS
+  fi
 }
 
 gcs_cp() {
   # gcs_cp CHECK_HASHES DEST
   CLOUDSDK_STORAGE_CHECK_HASHES=$1 \
     CLOUDSDK_STORAGE_SLICED_OBJECT_DOWNLOAD_MAX_COMPONENTS=$GCS_COMPONENTS \
-    CLOUDSDK_STORAGE_SLICED_OBJECT_DOWNLOAD_COMPONENT_SIZE=$GCS_COMPONENT_SIZE \
+    CLOUDSDK_STORAGE_SLICED_OBJECT_DOWNLOAD_COMPONENT_SIZE="${GCS_COMPONENT_MIB}M" \
+    CLOUDSDK_STORAGE_SLICED_OBJECT_DOWNLOAD_THRESHOLD="${GCS_SLICE_THRESHOLD_MIB}M" \
     CLOUDSDK_STORAGE_PROCESS_COUNT=$GCS_PROCESSES CLOUDSDK_STORAGE_THREAD_COUNT=$GCS_THREADS \
     timeout "$GCS_FETCH_TIMEOUT_S" gcloud storage cp --no-user-output-enabled \
     "$GCS_URL#$OBJ_GEN" "$2" 2>&1
 }
 
 fetch_from_gcs() {
-  # fetch_from_gcs DIR: the described object into DIR, CRC32C-checked. 0 in place, 1 not.
-  local dir=$1 attempt
+  # fetch_from_gcs DIR: the described object into DIR, CRC32C-checked. 0 in place, 1 not. An
+  # object whose CRC32C does not match is bad like one that fails its sha256: not fetched again,
+  # the hub instead, and self-staging replaces exactly this generation (else every boot would pay
+  # two 22 GB downloads for it, and nothing would ever repair it).
+  local dir=$1 attempt rc started
   for ((attempt = 1; attempt <= GCS_FETCH_ATTEMPTS; attempt++)); do
     report "$PHASE_MODEL" "fetching $GCS_URL ($(awk -v b="$OBJ_SIZE" 'BEGIN { printf "%.1f GB", b / 1e9 }'), up to $GCS_COMPONENTS slices, attempt $attempt/$GCS_FETCH_ATTEMPTS)"
-    if with_progress "from GCS" "$OBJ_SIZE" "$dir" gcs_copy "$dir/$MODEL_NAME"; then
+    rc=0 started=$(ga_clock)
+    with_progress "from GCS" "$OBJ_SIZE" "$dir" gcs_copy "$dir/$MODEL_NAME" || rc=$?
+    if ((rc == 0)); then
+      FETCH_S=$(seconds_since "$started") FETCH_BYTES=$OBJ_SIZE FETCH_SLICES=$GCS_SLICES
       return 0
+    fi
+    if ((rc == 2)); then
+      GCS_STATE=bad
+      report "$PHASE_MODEL" "cache object $GCS_URL generation $OBJ_GEN failed its CRC32C check after a complete download: a bad object; taking another source, and self-staging replaces it"
+      return 1
     fi
   done
   GCS_STATE=error
@@ -259,39 +306,48 @@ hub_head() {
 }
 
 hf_tool() {
-  # The hub client: huggingface_hub's `hf` (with hf_xet), installed in a venv the first time the
-  # hub path is taken (the image's system python has pip but not this package).
-  local venv="$STATE_DIR/hf-venv"
+  # HF_BIN: the hub client, huggingface_hub's `hf` (with hf_xet), installed in a venv the first time
+  # the hub path is taken (the Deep Learning VM's python3 has neither it nor the package). It sets a
+  # variable rather than printing the path: it reports the install, and a report is a journal line
+  # on stdout, which a $(hf_tool) would have taken into the path (exit 127 on every first deploy).
+  local venv="$STATE_DIR/hf-venv" rc=0
   if command -v hf >/dev/null 2>&1; then
-    echo hf
+    HF_BIN=hf
     return 0
   fi
   if [[ ! -x $venv/bin/hf ]]; then
     report "$PHASE_MODEL" "installing huggingface_hub $HF_HUB_VERSION for the hub download"
     rm -rf "$venv"
-    timeout "$HF_INSTALL_TIMEOUT_S" python3 -m venv "$venv" >/dev/null
-    timeout "$HF_INSTALL_TIMEOUT_S" "$venv/bin/pip" install -q "huggingface_hub[hf_xet]==$HF_HUB_VERSION" >/dev/null
+    timeout "$HF_INSTALL_TIMEOUT_S" python3 -m venv "$venv" >/dev/null || rc=$?
+    ((rc != 0)) || timeout "$HF_INSTALL_TIMEOUT_S" "$venv/bin/pip" install -q \
+      "huggingface_hub[hf_xet]==$HF_HUB_VERSION" >/dev/null || rc=$?
+    if ((rc != 0)) || [[ ! -x $venv/bin/hf ]]; then
+      rm -rf "$venv"
+      fail "could not install huggingface_hub $HF_HUB_VERSION for the hub download (exit $rc); pip's error is in the journal above"
+    fi
   fi
-  echo "$venv/bin/hf"
+  HF_BIN=$venv/bin/hf
 }
 
 fetch_from_hub() {
   # 0 in place under DIR ($1); its sha256 is checked after the server is up (EXPECTED_SHA).
-  local dir=$1 hf rc=0
+  local dir=$1 rc=0 started
   hub_head
   if [[ -n $MODEL_SHA256 && -n $HUB_SHA && $HUB_SHA != "$MODEL_SHA256" ]]; then
     fail "the hub's $MODEL_REPO/$MODEL_FILE@$MODEL_REVISION has sha256 $HUB_SHA, the stack pins $MODEL_SHA256 (modelSha256)"
   fi
   EXPECTED_SHA=${MODEL_SHA256:-$HUB_SHA}
   [[ -n $EXPECTED_SHA ]] || fail "the hub did not give the sha256 of $MODEL_REPO/$MODEL_FILE@$MODEL_REVISION and modelSha256 is not set"
-  hf=$(hf_tool)
+  hf_tool
   report "$PHASE_MODEL" "fetching $MODEL_REPO/$MODEL_FILE@$MODEL_REVISION from HuggingFace"
+  started=$(ga_clock)
   with_progress "from HuggingFace" "$HUB_SIZE" "$dir" \
-    timeout "$HUB_FETCH_TIMEOUT_S" "$hf" download "$MODEL_REPO" "$MODEL_FILE" --revision "$MODEL_REVISION" \
+    timeout "$HUB_FETCH_TIMEOUT_S" "$HF_BIN" download "$MODEL_REPO" "$MODEL_FILE" --revision "$MODEL_REVISION" \
     --local-dir "$dir" --quiet >/dev/null 2>&1 || rc=$?
   if ((rc != 0)); then
     fail "HuggingFace download failed (exit $rc)"
   fi
+  FETCH_S=$(seconds_since "$started") FETCH_SLICES=""
   if [[ "$dir/$MODEL_FILE" != "$dir/$MODEL_NAME" ]]; then
     mv -f "$dir/$MODEL_FILE" "$dir/$MODEL_NAME"
   fi
@@ -302,6 +358,7 @@ fetch_from_hub() {
     rm -f "$dir/$MODEL_NAME"
     fail "the hub download holds $size bytes, the stack pins $MODEL_SIZE_BYTES (modelSizeBytes)"
   fi
+  FETCH_BYTES=$size
 }
 
 # ------------------------------------------------------------------------------- the disk copy
@@ -385,7 +442,12 @@ self_stage() {
   local match=0
   [[ $GCS_STATE == missing ]] || match=$OBJ_GEN
   log "self-staging the model to $GCS_URL (replacing generation $match)"
-  if timeout "$SELF_STAGE_TIMEOUT_S" gcloud storage cp --no-user-output-enabled --if-generation-match="$match" \
+  # One object, never a parallel composite upload: gcloud makes one of a file over 150 MiB when it
+  # can read the bucket (storage/parallel_composite_upload_enabled unset), writing temporary objects under
+  # gcloud/tmp/parallel_composite_uploads/, which the VM's grant (this object's name only,
+  # infra/identity.py) does not cover. https://cloud.google.com/storage/docs/parallel-composite-uploads
+  if CLOUDSDK_STORAGE_PARALLEL_COMPOSITE_UPLOAD_ENABLED=False \
+    timeout "$SELF_STAGE_TIMEOUT_S" gcloud storage cp --no-user-output-enabled --if-generation-match="$match" \
     --custom-metadata="sha256=$EXPECTED_SHA,size=$(stat -c %s "$(served_file)")" \
     "$(served_file)" "$GCS_URL" >/dev/null 2>&1; then
     log "self-staged $GCS_URL"

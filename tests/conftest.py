@@ -23,7 +23,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def llama_server_bin() -> Path:
-    """The pinned llama-server (built on first use: ~8-10 min on 2 cores, then cached)."""
+    """The pinned llama-server: one build per machine, cached (tests/harness/llama_build.py)."""
     return llama_server_binary()
 
 

@@ -1,33 +1,47 @@
-"""The README's promises that code can check: its config table and its two commands."""
+"""The README is the newcomer's page: a few screens, its two commands, and a way to every docs page."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from scripts.config_reference import README, readme_with_table
-
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def test_config_table_matches_pulumi_yaml() -> None:
-    readme = README.read_text()
-    assert readme == readme_with_table(readme), "run: python scripts/config_reference.py --write"
+README = ROOT / "README.md"
+# A few screens: everything else lives in docs/, one page per concern.
+MAX_LINES = 200
 
 
 def test_the_two_commands_exist_and_ci_runs_the_test_one() -> None:
     readme = README.read_text()
-    for script in ("scripts/deploy.sh", "scripts/test.sh"):
-        assert f"\n{script}" in readme
+    (block,) = re.findall(r"^## Two commands\n.*?^```bash\n(.*?)^```$", readme, re.M | re.S)
+    commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+    assert commands == ["scripts/deploy.sh", "scripts/test.sh"], commands
+    for script in commands:
         assert (ROOT / script).stat().st_mode & 0o111, f"{script} must be executable"
     assert re.search(r"^bash scripts/test\.sh$", (ROOT / ".ci/run").read_text(), re.MULTILINE)
 
 
-def test_every_command_named_in_the_readme_is_registered() -> None:
-    from qwen36.__main__ import build_parser
+def test_the_readme_fits_a_few_screens() -> None:
+    lines = README.read_text().splitlines()
+    assert len(lines) <= MAX_LINES, f"README.md has {len(lines)} lines; move detail into docs/"
 
-    readme = README.read_text()
-    named = set(re.findall(r"python -m qwen36 (\w+)", readme))
-    parser = build_parser()
-    choices = next(a.choices for a in parser._actions if a.choices)  # the subcommands
-    assert named <= set(choices), named - set(choices)
+
+def test_the_first_screen_answers_the_newcomers_questions() -> None:
+    """What it is and costs, what it needs, the two commands, how to reach it and read the key, how
+    to stop the bill, where the rest is: in that order, as the README's first sections."""
+    headings = re.findall(r"^## (.+)$", README.read_text(), re.M)
+    assert headings == [
+        "Before the first deploy",
+        "Two commands",
+        "Reaching the server",
+        "Stopping the bill",
+        "Where the rest is",
+    ]
+    first = README.read_text().split("\n## ", 1)[0]
+    assert "What it costs" in first
+
+
+def test_every_docs_page_is_linked_from_the_readme() -> None:
+    linked = set(re.findall(r"\]\(docs/([\w.-]+\.md)(?:#[\w-]+)?\)", README.read_text()))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")}
+    assert pages - linked == set(), "README's 'Where the rest is' must link every page"

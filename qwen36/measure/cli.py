@@ -1,4 +1,4 @@
-"""The ``bench``, ``load`` and ``tune`` subcommands (registered into ``python -m qwen36``).
+"""The ``bench``, ``load`` and ``tune`` subcommands (registered into ``qwen36``).
 
 Exit status: 0 when everything was measured, 1 when an error stopped or spoiled the run (the
 partial results are printed first, then one ``error:`` line), 2 for unusable arguments.

@@ -1,46 +1,29 @@
-# ruff: noqa: E501  (the table below is one row a line)
-"""Phase durations of a spot g2-standard-8 (simulated seconds), from documented limits and the
-original write-up's measurements, for the boot sandbox's stubs (``Sandbox.delays``) and
-bench/boot_bench.py. Each value says where it comes from; none is measured on this machine.
-
-| phase              | s    | source |
-|--------------------|------|--------|
-| ECC-off reboot     | 60   | original write-up, measured 30-90 s on GCE (mid-range) |
-| GPU reset (-r)     | 10   | assumed: unverified on GCE (facts.md); nvidia-smi -r on a single idle GPU takes seconds |
-| docker.io install  | 60   | original write-up: docker install + image pull ~170 s together |
-| image pull         | 110  | (the rest of those ~170 s) |
-| GCS -> tmpfs       | 13   | 22 GB at the NIC's 16 Gbps (~2 GB/s) is 11 s; +2 s for gcloud's start and the slices' tail |
-|                    |      | https://cloud.google.com/compute/docs/network-bandwidth (g2-standard-8: 16 Gbps) |
-| GCS -> pd-ssd      | 73   | the disk's write rate: 240 MiB/s + 0.48 MiB/s per GiB = 288 MiB/s on 100 GB; 22 GB / 288 MiB/s |
-|                    |      | https://cloud.google.com/compute/docs/disks/performance (matches the original's ~72 s) |
-| hub download       | 390  | original write-up, measured 300-480 s |
-| load from tmpfs    | 6.5  | measured on an H200 host, start to /health 200 with the production flags: 1.3-1.5 s fixed |
-|                    |      | + 4.0-5.3 GiB/s, 5.4-6.5 s for 20.5 GiB (bench/gpu/RESULTS.md, the slower run kept) |
-| load, warm cache   | 6.5  | a file written since boot is in the page cache: the same rate as tmpfs (3.0 s per 5.1 GiB |
-|                    |      | measured against 4.0 s from tmpfs, facts.md; tmpfs kept as the bound) |
-| load, cold pd-ssd  | 73   | the disk's read rate, 288 MiB/s (the page cache is empty after a boot) |
-| post-serve sha256  | 40   | 22 GB at ~0.5 GB/s on one Cascade Lake core (no SHA extensions); off the critical path |
-| secret read        | 2    | one gcloud call (its Python start dominates) |
+"""Phase durations of a spot g2-standard-8 (simulated seconds) for the boot sandbox's stubs
+(``Sandbox.delays``) and bench/boot_bench.py: infra/cold_start.py's phases, where each value says
+where it comes from (none is measured on this machine), so the bench and the figures the outputs
+and docs quote share one table.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from infra import cold_start as c
+
 
 @dataclass(frozen=True)
 class Durations:
-    reboot: float = 60.0
-    gpu_reset: float = 10.0
-    apt_docker: float = 60.0
-    pull: float = 110.0
-    gcs_ram: float = 13.0
-    gcs_disk: float = 73.0
-    hub: float = 390.0
-    load_ram: float = 6.5
-    load_disk_warm: float = 6.5
-    load_disk_cold: float = 73.0
-    gcloud: float = 2.0
+    reboot: float = c.ECC_REBOOT_S
+    gpu_reset: float = c.GPU_RESET_S
+    apt_docker: float = c.DOCKER_INSTALL_S
+    pull: float = c.IMAGE_PULL_S
+    gcs_ram: float = c.GCS_TO_RAM_S
+    gcs_disk: float = c.GCS_TO_DISK_S
+    hub: float = c.HUB_DOWNLOAD_S
+    load_ram: float = c.LOAD_RAM_S
+    load_disk_warm: float = c.LOAD_WARM_CACHE_S
+    load_disk_cold: float = c.LOAD_COLD_DISK_S
+    gcloud: float = c.SECRET_READ_S
 
     def stub_delays(self, scale: float) -> dict[str, float]:
         """The stubs' sleeps in real seconds (the reboot and the hub download are timed elsewhere)."""

@@ -13,7 +13,9 @@ uses, against gcp-storage-emulator (tests/boot/gcs_rest.py), with gcloud's docum
 
 Faults come from the host state (tests/boot/stubs.py): ``gcs_denied_for_s`` answers 403 for that
 many simulated seconds after the boot started (a fresh IAM grant), ``gcs_corrupt_downloads`` flips
-one byte in transit in that many downloads, ``crc32c_compiled`` false models the missing C hash.
+one byte in transit in that many downloads, ``gcs_bad_crc_generations`` flips one in every download
+of those generations (an object whose bytes never match its CRC32C), ``crc32c_compiled`` false
+models the missing C hash. Each download records the slices it used (``gcs-download`` in calls.jsonl).
 It runs with the test venv's python (google-crc32c is the hash gcloud itself uses).
 """
 
@@ -34,12 +36,12 @@ import google_crc32c
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.boot import gcs_rest
-from tests.boot.stubs import delays, err, state
+from tests.boot.stubs import delays, err, record, state
 
 FIELDS = {"size": "size", "crc32c_hash": "crc32c", "generation": "generation", "md5_hash": "md5Hash"}
 DEFAULT_COMPONENTS = 4
 DEFAULT_COMPONENT_BYTES = 64 * 1024 * 1024
-# storage/sliced_object_download_threshold's default.
+# When storage/sliced_object_download_threshold is not set (the boot script sets it).
 SLICED_THRESHOLD_BYTES = 150 * 1024 * 1024
 UNITS = {"K": 1024, "M": 1024**2, "G": 1024**3}
 
@@ -141,6 +143,15 @@ def _crc(data: bytes) -> str:
     return base64.b64encode(google_crc32c.Checksum(data).digest()).decode()
 
 
+def slice_count(size: int, *, components: int, piece: int, threshold: int, fast: bool) -> int:
+    """gcloud's slices: none without a compiled crc32c (sliced-object-downloads), none at or below the
+    threshold or with it 0 (file_download_task.py, _should_perform_sliced_download), else
+    min(ceil(size / piece), components) (copy_component_util.py, get_component_count)."""
+    if not fast or threshold == 0 or size <= threshold:
+        return 1
+    return max(1, min(components, -(-size // piece)))
+
+
 def download(url: str, dest: Path) -> int:
     bucket, name, generation = _split(url)
     if _denied("cp", url):
@@ -165,14 +176,17 @@ def download(url: str, dest: Path) -> int:
     generation = generation or resource["generation"]
     if generation != resource["generation"]:
         return err(f"ERROR: (gcloud.storage.cp) {url} not found: 404.", 1)
+    with state() as host:
+        bad_generation = str(generation) in host.get("gcs_bad_crc_generations", [])
     size = int(resource["size"])
     # gcloud's component count: the object in component-size pieces, at most max_components; one
     # stream below the sliced-download threshold or without a compiled crc32c.
     env = os.environ.get
     components = int(env("CLOUDSDK_STORAGE_SLICED_OBJECT_DOWNLOAD_MAX_COMPONENTS", DEFAULT_COMPONENTS))
     piece = _bytes(env("CLOUDSDK_STORAGE_SLICED_OBJECT_DOWNLOAD_COMPONENT_SIZE", ""), DEFAULT_COMPONENT_BYTES)
-    sliced = fast and size >= SLICED_THRESHOLD_BYTES
-    slices = max(1, min(components, -(-size // piece))) if sliced else 1
+    threshold = _bytes(env("CLOUDSDK_STORAGE_SLICED_OBJECT_DOWNLOAD_THRESHOLD", ""), SLICED_THRESHOLD_BYTES)
+    slices = slice_count(size, components=components, piece=piece, threshold=threshold, fast=fast)
+    record("gcs-download", [url], slices=slices)
     bounds = [size * i // slices for i in range(slices + 1)]
     parts: list[bytes] = [b""] * slices
     started = time.time()
@@ -186,7 +200,7 @@ def download(url: str, dest: Path) -> int:
     for thread in threads:
         thread.join()
     data = b"".join(parts)
-    if corrupt and data:
+    if (corrupt or bad_generation) and data:
         flipped = bytearray(data)
         flipped[len(flipped) // 2] ^= 0x01
         data = bytes(flipped)

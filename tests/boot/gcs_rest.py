@@ -3,7 +3,7 @@ object metadata, ranged media reads, a multipart upload with custom metadata, a 
 https://cloud.google.com/storage/docs/json_api/v1/objects
 
 Shared by tests/boot/gcloud_storage.py (the sandbox's `gcloud storage`) and tests/boot/world.py
-(staging the model the way `python -m qwen36 stage` leaves it: sha256 and size as custom metadata).
+(staging the model the way `qwen36 stage` leaves it: sha256 and size as custom metadata).
 """
 
 from __future__ import annotations

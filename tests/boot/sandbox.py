@@ -1,11 +1,17 @@
 """Run the real rendered boot script under bash, on a simulated VM in a temp dir.
 
 Only what this machine cannot be is a stub (``tests/boot/stubs.py`` on PATH): the GPU, apt, the
-kernel module, docker, gcloud, reboot, mount, and the metadata server (``metadata_server.py``).
-Everything else is real: bash, coreutils, curl, sha256sum, the file system, `gcloud storage` as a small
-real implementation (tests/boot/gcloud_storage.py) against a GCS emulator, and huggingface_hub's `hf`
-against the loopback hub (tests/cache/hf_server.py). The VM's tmpfs is a directory emptied at every
-power-off, and /proc/meminfo says 32 GB, as on a g2-standard-8.
+kernel module, docker, gcloud, reboot, mount, the metadata server (``metadata_server.py``), and
+``python3 -m venv`` with its ``pip install`` (PyPI is out of reach). Everything else is real: bash,
+coreutils, curl, sha256sum, the file system, `gcloud storage` as a small real implementation
+(tests/boot/gcloud_storage.py) against a GCS emulator, and huggingface_hub's `hf` against the loopback
+hub (tests/cache/hf_server.py). The VM's tmpfs is a directory emptied at every power-off, and
+/proc/meminfo says 32 GB, as on a g2-standard-8.
+
+The image is the Deep Learning VM's: no `hf` on PATH, so the hub path installs it in a venv first,
+as on a real first deployment (the pip stub links the venv's `hf` to the real one). ``hf_on_path``
+gives an image that has it (the original write-up's reconstruction in bench/boot_bench.py assumes
+one). awk is mawk where this machine has it: Ubuntu's default awk, the one the VM runs.
 
 PATH holds the stubs, the programs "installed" so far, and links to a fixed list of real tools, so
 nothing on this machine (its own docker client, apt-get, reboot) can be reached by accident.
@@ -13,6 +19,7 @@ nothing on this machine (its own docker client, apt-get, reboot) can be reached 
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -30,7 +37,7 @@ from typing import Any
 
 from infra import boot_protocol
 from tests.boot.metadata_server import MetadataServer, Write
-from tests.boot.stubs import kill_session
+from tests.boot.stubs import HF_PROGRAM, kill_session
 
 STUBS = (
     "nvidia-smi", "apt-get", "dpkg", "modprobe", "systemctl", "nvidia-ctk", "reboot", "gcloud", "docker",
@@ -44,7 +51,7 @@ PREINSTALLED = (
 # A g2-standard-8: 8 vCPUs, 32 GB. https://cloud.google.com/compute/docs/gpus#l4-gpus
 MEMINFO = "MemTotal:       32873084 kB\nMemFree:        31000000 kB\nMemAvailable:   31500000 kB\n"
 REAL_TOOLS = (
-    "bash", "sh", "env", "cat", "date", "sleep", "awk", "curl", "grep", "head", "tail", "tr", "cut",
+    "bash", "sh", "env", "cat", "date", "sleep", "curl", "grep", "head", "tail", "tr", "cut",
     "stat", "mv", "rm", "mkdir", "install", "chmod", "cmp", "sync", "flock", "timeout", "sha256sum",
     "sed", "ls", "id", "basename", "dirname", "touch", "cp", "true", "false", "wc", "nice", "ionice", "du",
 )  # fmt: skip
@@ -52,6 +59,19 @@ STUB_PROGRAM = Path(__file__).resolve().parent / "stubs.py"
 BOOT_TIMEOUT_S = 90.0
 POLL_S = 0.02
 _REPORT = re.compile(r"^(\S+) qwen36: phase=(\S+) ?(.*)$")
+
+
+def system_awk() -> str:
+    """mawk where it is installed (Ubuntu's default awk, so the VM's), else this machine's awk."""
+    found = shutil.which("mawk") or shutil.which("awk")
+    if found is None:
+        raise RuntimeError("the boot sandbox needs awk on this machine")
+    return found
+
+
+def hf_version() -> str:
+    """The huggingface_hub the pip stub can "install": the test venv's."""
+    return importlib.metadata.version("huggingface_hub")
 
 
 def free_port() -> int:
@@ -131,6 +151,8 @@ class Sandbox:
     extra_env: dict[str, str] = field(default_factory=dict)
     boots: list[BootResult] = field(default_factory=list)
 
+    hf_on_path: bool = False
+
     def __post_init__(self) -> None:
         self.host = self.root / "host"
         self.disk = self.root / "disk"
@@ -188,17 +210,27 @@ class Sandbox:
             if found is None:
                 raise RuntimeError(f"the boot sandbox needs {name} on this machine")
             (self.root / "sysbin" / name).symlink_to(found)
-        (self.root / "sysbin" / "python3").symlink_to(python)
-        # huggingface_hub's own CLI from the test venv: the tool the VM installs for the hub path.
+        (self.root / "sysbin" / "awk").symlink_to(system_awk())
+        # The image's python3, except `python3 -m venv`: the venv it makes is where pip installs
+        # from PyPI, which the sandbox cannot reach (the stubs' venv and pip stand in).
+        wrapper = self.root / "sysbin" / "python3"
+        wrapper.write_text(
+            '#!/bin/sh\nif [ "$1" = "-m" ] && [ "$2" = venv ]; then\n'
+            f'  exec {python} -S {STUB_PROGRAM} python3 "$@"\nfi\nexec {python} "$@"\n'
+        )
+        wrapper.chmod(0o755)
+        # huggingface_hub's own CLI from the test venv: what the pip stub installs for the hub path.
         hf = Path(sys.executable).parent / "hf"
-        shim = self.root / "sysbin" / "hf"
+        program = self.host / HF_PROGRAM
         if self.fetch_delays.get("hf"):
             # Benchmark only: a hub download that succeeded takes as long as the measured transfer.
             seconds = self.fetch_delays["hf"]
-            shim.write_text(f'#!/bin/bash\n{hf} "$@"\nrc=$?\n((rc != 0)) || sleep {seconds}\nexit $rc\n')
-            shim.chmod(0o755)
+            program.write_text(f'#!/bin/bash\n{hf} "$@"\nrc=$?\n((rc != 0)) || sleep {seconds}\nexit $rc\n')
+            program.chmod(0o755)
         else:
-            shim.symlink_to(hf)
+            program.symlink_to(hf)
+        if self.hf_on_path:
+            (self.root / "sysbin" / "hf").symlink_to(program)
 
     def host_state(self) -> dict[str, Any]:
         return json.loads((self.host / "host.json").read_text())
@@ -259,6 +291,7 @@ class Sandbox:
             # The kernel's boot id changes on every boot (a new one per simulated power-on).
             "QWEN36_BOOT_ID": f"{number}-{uuid.uuid4()}",
             "QWEN36_SANDBOX_PYTHON": sys.executable,
+            "QWEN36_SANDBOX_HF_VERSION": hf_version(),
             "QWEN36_MODEL_RAM_DIR": str(self.ram_dir),
             "QWEN36_SANDBOX_RAM_DIR": str(self.ram_dir),
             "QWEN36_MEMINFO": str(self.host / "meminfo"),

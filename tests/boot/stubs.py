@@ -1,5 +1,6 @@
 """The boot sandbox's stand-ins for what this machine cannot be: the GPU, the package manager, docker,
-gcloud and the power switch. One program, dispatched on its first argument by small wrappers on PATH.
+gcloud, PyPI (``python3 -m venv`` and its pip) and the power switch. One program, dispatched on its
+first argument by small wrappers on PATH.
 
 State lives in JSON files under ``$QWEN36_SANDBOX_HOST`` so it persists across simulated boots the way
 the real machine's does (the GPU's ECC mode, the installed packages, docker's images and containers).
@@ -31,6 +32,9 @@ STOP_GRACE_S = 2.0
 KILL_ROUNDS = 10
 # The exit code a container gets when its supervisor was killed before it could record one.
 UNKNOWN_EXIT = 255
+# Under the host directory: the `hf` the pip stub links into the venv it "installs" (the sandbox
+# writes it: the test venv's own `hf`, or a shim that adds the benchmark's transfer time).
+HF_PROGRAM = "hf-program"
 
 DRIVER_FAILED = (
     "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
@@ -66,6 +70,9 @@ def record(cmd: str, argv: list[str], **extra: Any) -> None:
         "boot": int(os.environ.get("QWEN36_SANDBOX_BOOT", "0")),
         "cmd": cmd,
         "argv": argv,
+        # gcloud's properties as the command saw them (CLOUDSDK_<SECTION>_<PROPERTY>).
+        # https://cloud.google.com/sdk/docs/properties (setting properties with environment variables)
+        "env": {k: v for k, v in os.environ.items() if k.startswith("CLOUDSDK_")},
     }
     entry.update(extra)
     with (HOST / "calls.jsonl").open("a") as log:
@@ -339,6 +346,52 @@ def gcloud(argv: list[str]) -> int:
     if value is None:
         return err(f"ERROR: (gcloud.secrets.versions.access) NOT_FOUND: Secret [{options.get('secret')}]", 1)
     sys.stdout.write(value)
+    return 0
+
+
+# ------------------------------------------------------------------------------- python3 -m venv, pip
+
+
+def venv(argv: list[str]) -> int:
+    """``python3 -m venv DIR``: the directory a venv has, with a pip that is the stub below."""
+    if argv[:2] != ["-m", "venv"] or len(argv) != 3:
+        return err(f"python3: the sandbox stub does not implement {argv}", 2)
+    directory = Path(argv[2])
+    (directory / "bin").mkdir(parents=True, exist_ok=True)
+    config = f"home = {Path(sys.executable).parent}\ninclude-system-site-packages = false\n"
+    (directory / "pyvenv.cfg").write_text(config)
+    pip = directory / "bin" / "pip"
+    pip.write_text(
+        f'#!/bin/sh\nQWEN36_SANDBOX_VENV={directory} exec {sys.executable} -S {__file__} pip "$@"\n'
+    )
+    pip.chmod(0o755)
+    return 0
+
+
+def pip(argv: list[str]) -> int:
+    """The venv's ``pip install -q NAME[EXTRAS]==VERSION``: PyPI is out of reach, so the one version the
+    sandbox has (the test venv's huggingface_hub, whose `hf` it links into the venv) or pip's own
+    "no matching distribution" (pip/_internal/resolution/resolvelib/factory.py,
+    _report_single_requirement_conflict)."""
+    words = [a for a in argv if not a.startswith("-")]
+    if words[:1] != ["install"] or len(words) != 2:
+        return err(f"pip: the sandbox stub does not implement {argv}", 2)
+    requirement = words[1]
+    name, _, version = requirement.partition("==")
+    have = os.environ.get("QWEN36_SANDBOX_HF_VERSION", "")
+    with state() as host:
+        reachable = host.get("pypi_reachable", True)
+    time.sleep(delays().get("hf_install", 0))
+    if not reachable or name.split("[", 1)[0] != "huggingface_hub" or version != have:
+        return err(
+            f"ERROR: Could not find a version that satisfies the requirement {requirement} "
+            "(from versions: none)\n"
+            f"ERROR: No matching distribution found for {requirement}",
+            1,
+        )
+    hf = Path(os.environ["QWEN36_SANDBOX_VENV"]) / "bin" / "hf"
+    hf.unlink(missing_ok=True)
+    hf.symlink_to(HOST / HF_PROGRAM)
     return 0
 
 
@@ -624,6 +677,8 @@ HANDLERS = {
     "mount": mount,
     "mountpoint": mountpoint,
     "docker": docker,
+    "python3": venv,
+    "pip": pip,
 }
 
 

@@ -4,6 +4,7 @@ the last word, and a key that can no longer be read."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 from datetime import UTC, datetime
@@ -21,6 +22,9 @@ from tests.cache.hf_server import HfServer
 SECRET_IAM_WAIT_S = 480
 STALL_AFTER_BYTES = 1024 * 1024
 FAILING_BOOT_TIMEOUT_S = 40.0
+SPACING_TIME_SCALE = 0.2
+RATION_TIME_SCALE = 0.05
+ARRIVAL_JITTER_S = 0.05
 
 
 def script_reports(result: BootResult) -> list[boot_protocol.Report]:
@@ -37,7 +41,9 @@ def test_a_whole_first_deployment_stays_within_the_documented_guest_attribute_ra
     make_sandbox: SandboxFactory,
 ) -> None:
     # Cache miss: ECC reboot, then the hub download (with its progress), self-staging, and a restart.
-    sandbox = make_sandbox(cached=False)
+    # At a twentieth of real time, so that the sandbox's own slowness (each stub is a python start)
+    # does not stretch a boot over so many simulated minutes that the ration never has to skip.
+    sandbox = make_sandbox(cached=False, time_scale=RATION_TIME_SCALE)
     boots = [sandbox.boot(), sandbox.boot(), sandbox.boot()]
     assert boots[0].rebooted
     for result in boots[1:]:
@@ -59,6 +65,26 @@ def test_a_whole_first_deployment_stays_within_the_documented_guest_attribute_ra
         assert boot_protocol.format_report(report) == f"{report.phase} {report.time:%Y-%m-%dT%H:%M:%SZ} " + (
             f"{report.boot_id} {report.detail}"
         ).rstrip(" ")
+
+
+def test_each_script_report_reaches_the_write_log_one_gap_after_the_last(
+    make_sandbox: SandboxFactory,
+) -> None:
+    # At a fifth of real time a gap is 0.2 s, well above one curl's start-up jitter against the next
+    # (ARRIVAL_JITTER_S); without the pause (mawk read its verdict as a redirection), reports that
+    # follow each other, or come from the parallel jobs at once, arrive tens of milliseconds apart.
+    sandbox = make_sandbox(time_scale=SPACING_TIME_SCALE)
+    sandbox.bake_tooling_image()
+    sandbox.edit_host(lambda host: host["gpu"].update(reset_supported=True))
+    result = sandbox.boot()
+    assert_served(sandbox, result)
+    writes = [w for w in result.writes if w.agent.startswith("curl/")]
+    assert len(writes) >= 5, result.log
+    gaps = [b.t - a.t for a, b in itertools.pairwise(writes)]
+    least = boot_protocol.SCRIPT_MIN_GAP_S * sandbox.time_scale - ARRIVAL_JITTER_S
+    assert min(gaps) >= least, [round(g / sandbox.time_scale, 2) for g in gaps]
+    rate = measure(writes, sandbox.time_scale)
+    assert rate.within_limits, rate
 
 
 def test_the_rate_check_fails_on_the_first_versions_three_writes_a_report() -> None:

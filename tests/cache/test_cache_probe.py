@@ -30,7 +30,7 @@ def test_missing_object_means_huggingface(gcs: Gcs) -> None:
     assert probe.path == "huggingface"
     assert probe.expected_cold_start == COLD_START_HF
     assert "is not staged" in probe.reason
-    assert "python -m qwen36 stage" in probe.reason
+    assert "`qwen36 stage`" in probe.reason
 
 
 def test_missing_bucket_means_huggingface_not_an_error(gcs: Gcs) -> None:

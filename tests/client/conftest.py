@@ -16,6 +16,7 @@ import pytest
 from infra.boot_script import render_boot_script
 from infra.config import StackConfig
 from infra.server_args import CONTAINER_API_KEY_FILE
+from tests.harness import models
 from tests.harness.server import LlamaServer
 
 API_KEY = "client-test-key-0123456789"
@@ -66,6 +67,14 @@ def key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def endpoint_args(tiny_mtp_model_agreeing: Path, key_file: Path) -> list[str]:
     """The default deployment's arguments, with the tiny model whose greedy answer is "aaaa"."""
     return local_args(deployed_server_args(StackConfig()), model=tiny_mtp_model_agreeing, key_file=key_file)
+
+
+@pytest.fixture(scope="session")
+def thinking_endpoint_args(tmp_path_factory: pytest.TempPathFactory, key_file: Path) -> list[str]:
+    """The default deployment's arguments with the tiny model that carries the Qwen3.5 chat template:
+    with thinking on (the template's default), every token it says arrives as ``reasoning_content``."""
+    model = models.tiny_mtp_model(tmp_path_factory.mktemp("models"), agree=True, thinking=True)
+    return local_args(deployed_server_args(StackConfig()), model=model, key_file=key_file)
 
 
 @pytest.fixture(scope="module")

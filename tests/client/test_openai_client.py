@@ -25,12 +25,13 @@ import pytest
 from openai import OpenAI
 
 from infra.config import StackConfig
-from infra.server_args import PORT
 from tests.client.conftest import API_KEY, WRONG_KEY
 from tests.harness.server import LlamaServer
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+# The README section that shows the OpenAI client (its bash exports and its Python snippet).
+CLIENT_SECTION = "Reaching the server"
 ALIAS = StackConfig().alias
 MAX_TOKENS = 16
 REQUEST_TIMEOUT_S = 60.0
@@ -70,50 +71,86 @@ def _ask(max_tokens: int = MAX_TOKENS) -> dict[str, object]:
 
 def readme_section(title: str) -> str:
     text = README.read_text()
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", text, re.MULTILINE | re.DOTALL)
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.MULTILINE | re.DOTALL)
     assert match, f"README has no '## {title}' section"
     return match.group(1)
 
 
 def readme_blocks(language: str) -> list[str]:
-    return re.findall(rf"^```{language}\n(.*?)^```$", readme_section("Reaching the server"), re.M | re.S)
+    return re.findall(rf"^```{language}\n(.*?)^```$", readme_section(CLIENT_SECTION), re.M | re.S)
+
+
+def readme_snippet() -> str:
+    (snippet,) = [b for b in readme_blocks("python") if "from openai import OpenAI" in b]
+    return snippet
+
+
+def run_snippet(snippet: str, srv: LlamaServer) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "OPENAI_BASE_URL": f"{srv.base_url}/v1",  # what apiBaseUrl names, here a free local port
+        "OPENAI_API_KEY": API_KEY,
+    }
+    return subprocess.run(
+        [sys.executable, "-c", snippet], env=env, capture_output=True, text=True, timeout=SNIPPET_TIMEOUT_S
+    )
 
 
 def test_readme_images_exist_and_are_small() -> None:
-    images = re.findall(r"!\[[^]]*\]\(([^)]+)\)", readme_section("Reaching the server"))
+    images = re.findall(r"!\[[^]]*\]\(([^)]+)\)", readme_section(CLIENT_SECTION))
     assert images, "the section shows the web UI's key prompt"
     for image in images:
         assert (ROOT / image).is_file(), image
         assert (ROOT / image).stat().st_size < MAX_IMAGE_BYTES, image
 
 
-def test_readme_client_snippet_runs_word_for_word(endpoint_args: list[str], llama_server_bin: Path) -> None:
-    """The README's Python block, run as written, with the environment its bash block sets.
+def test_readme_client_snippet_runs_word_for_word(
+    thinking_endpoint_args: list[str], llama_server_bin: Path
+) -> None:
+    """The README's Python block, run as written, with the environment its bash block sets, against
+    the tiny model with the Qwen3.5 chat template: the model thinks first, as Qwen3.6 does, and the
+    snippet must show that thinking (the tiny model never stops thinking, so it is all there is).
 
     The snippet sets no ``max_tokens``: a real model ends its answer, the tiny one never does, so
     this server alone caps answers with ``--n-predict`` (the only flag added to the deployed list).
+    Then the README's one line for turning thinking off, added to the same call, makes the answer
+    arrive as ``content``.
     """
-    (snippet,) = [b for b in readme_blocks("python") if "from openai import OpenAI" in b]
-    exports = dict(re.findall(r"^export (OPENAI_\w+)=(\S+)", "".join(readme_blocks("bash")), re.M))
-    assert exports.get("OPENAI_BASE_URL") == f"http://localhost:{PORT}/v1", exports
+    snippet = readme_snippet()
+    exports = dict(re.findall(r"^export (OPENAI_\w+)=(.+)$", "".join(readme_blocks("bash")), re.M))
+    # The endpoint the stack serves: the tunnel's or the front door's (here a local server's port).
+    assert exports.get("OPENAI_BASE_URL") == "$(pulumi stack output apiBaseUrl)", exports
     assert "OPENAI_API_KEY" in exports, exports
     assert f'model="{ALIAS}"' in snippet, "the snippet must name the default alias"
-    with LlamaServer([*endpoint_args, "--n-predict", str(SNIPPET_TOKENS)], binary=llama_server_bin) as srv:
+    (no_thinking,) = re.findall(r"`(extra_body=\{.*?\})`", readme_section(CLIENT_SECTION))
+    assert snippet.count("stream=True,\n") == 1, "the thinking-off line is added after stream=True"
+    without = snippet.replace("stream=True,\n", f"stream=True,\n    {no_thinking},\n")
+    with LlamaServer(
+        [*thinking_endpoint_args, "--n-predict", str(SNIPPET_TOKENS)], binary=llama_server_bin
+    ) as srv:
         srv.wait_healthy()
-        env = {
-            **os.environ,
-            "OPENAI_BASE_URL": f"{srv.base_url}/v1",  # the tunnel's localhost:8080, here a free port
-            "OPENAI_API_KEY": API_KEY,
-        }
-        run = subprocess.run(
-            [sys.executable, "-c", snippet],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=SNIPPET_TIMEOUT_S,
-        )
-    assert run.returncode == 0, run.stderr
-    assert run.stdout == "a" * SNIPPET_TOKENS + "\n", run.stdout
+        thinking = run_snippet(snippet, srv)
+        answer = run_snippet(without, srv)
+    assert thinking.returncode == 0, thinking.stderr
+    assert thinking.stdout == "[thinking]\n" + "a" * SNIPPET_TOKENS + "\n", thinking.stdout
+    assert answer.returncode == 0, answer.stderr
+    assert answer.stdout == "[answer]\n" + "a" * SNIPPET_TOKENS + "\n", answer.stdout
+
+
+def test_the_thinking_template_streams_reasoning_then_nothing_else(
+    thinking_endpoint_args: list[str], llama_server_bin: Path
+) -> None:
+    """What the snippet relies on, from the real server: with the Qwen3.5 template a streamed
+    answer's tokens come as ``reasoning_content`` deltas and no ``content``."""
+    with LlamaServer(thinking_endpoint_args, binary=llama_server_bin) as srv:
+        srv.wait_healthy()
+        stream = _client(srv).chat.completions.create(**_ask(), stream=True)  # type: ignore[call-overload]
+        reasoning, content = "", ""
+        for chunk in stream:
+            for choice in chunk.choices:
+                reasoning += getattr(choice.delta, "reasoning_content", None) or ""
+                content += choice.delta.content or ""
+    assert reasoning == "a" * MAX_TOKENS and content == ""
 
 
 def test_chat_non_streaming(endpoint: LlamaServer) -> None:

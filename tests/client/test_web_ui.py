@@ -1,10 +1,10 @@
 """The web UI in a real browser: headless Chromium (Debian's package) driven by Playwright.
 
-The page is the pinned build's own UI, embedded in llama-server as on the VM
-(``tests/client/ui_build.py``), served by the default deployment's argument list with the API key
-on. What a person does is what the test does: open ``/``, meet the key prompt, enter the key,
-send a message, watch the answer stream in. Each state is saved as a screenshot under
-``test-artifacts/web-ui/`` and checked not blank.
+The page is the pinned build's own UI, embedded in llama-server as on the VM (the suite's one
+build, ``tests/harness/llama_build.py``, embeds it when npm is here), served by the default
+deployment's argument list with the API key on. What a person does is what the test does: open
+``/``, meet the key prompt, enter the key, send a message, watch the answer stream in. Each state
+is saved as a screenshot under ``test-artifacts/web-ui/`` and checked not blank.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from playwright.sync_api import Browser, Page, Playwright, Request, Response, ex
 
 from infra.config import StackConfig
 from tests.client.conftest import API_KEY, WRONG_KEY, deployed_server_args, local_args
-from tests.client.ui_build import UiBuildError, llama_server_ui_binary
+from tests.harness.llama_build import UiBuildError, llama_server_ui_binary
 from tests.harness.server import LlamaServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -226,7 +226,7 @@ def test_key_prompt_then_streamed_answer(ui_endpoint: LlamaServer, page: tuple[P
     body = json.loads(chat.post_data or "{}")
     assert body["stream"] is True
     # The UI's own default (Settings > Sampling & Penalties > Backend sampling, off) overrides the
-    # server's --backend-sampling for its chats: the README tells UI users to tick it.
+    # server's --backend-sampling for its chats: docs/reaching.md tells UI users to tick it.
     assert "--backend-sampling" in ui_endpoint.args and body["backend_sampling"] is False
     assert chat.response() is not None
     assert "text/event-stream" in chat.response().headers["content-type"]  # type: ignore[union-attr]

@@ -175,3 +175,35 @@ def done(operation: dict[str, Any]) -> dict[str, Any]:
     # https://cloud.google.com/compute/docs/reference/rest/v1/regionOperations/wait
     operation.update(status="DONE", progress=100, endTime=rfc3339(at(5)))
     return operation
+
+
+def org_policy_violation(
+    group: FakeGroup,
+    member: FakeMember,
+    constraint: str,
+    seconds: float,
+    *,
+    project_number: str = "291560455175",
+) -> dict[str, Any]:
+    """A member refused by an organization policy, as an instance group reports it: code
+    CONDITION_NOT_MET, "Instance '<name>' creation failed: Constraint constraints/<c> violated for project
+    <number>. ..." (2i2c-org/infrastructure#489, the GKE node pool's group errors; the API's own 412
+    conditionNotMet: fortinet/fortigate-terraform-deploy#34)."""
+    path = group.instance_path(member).removeprefix("/compute/v1/")
+    detail = (
+        f" Add instance {path} to the constraint to use external IP with it."
+        if constraint == "compute.vmExternalIpAccess"
+        else ""
+    )
+    message = (
+        f"Instance '{member.name}' creation failed: Constraint constraints/{constraint} violated for "
+        f"project {project_number}.{detail}"
+    )
+    return list_error(group, member, "CONDITION_NOT_MET", message, seconds)
+
+
+def permission_error(image: str, agent: str) -> str:
+    """A member's creation refused for a permission, as a group reports it: "Instance '<name>' creation
+    failed: Required '<permission>' permission for '<resource>' (when acting as '<agent>')"
+    (catchpoint/WebPageTest.agent-install#6)."""
+    return f"Required 'compute.images.useReadOnly' permission for '{image}' (when acting as '{agent}')"

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from infra.config import PROJECT, ConfigError, parse_config
+from infra.config import DEFAULT_IDLE_STOP_MINUTES, PROJECT, ConfigError, parse_config
+
+ROOT = Path(__file__).resolve().parents[2]
 
 RANGES = ["198.51.100.0/24"]
 FLEET = {"replicas": 2, "sourceRanges": RANGES}
@@ -38,6 +42,7 @@ INVALID: dict[str, tuple[dict[str, Any], str, str]] = {
     ),
     "domain-wildcard": ({**FLEET, "domain": "*.example.com"}, "domain", "wildcard"),
     "domain-upper": ({**FLEET, "domain": "LLM.example.com"}, "domain", "lowercase"),
+    "fleet-with-an-idle-stop": ({**FLEET, "idleStopMinutes": 60}, "idleStopMinutes", "a fleet scales"),
 }
 
 
@@ -77,3 +82,17 @@ def test_public_fleet_with_opt_in_and_domain() -> None:
     public = {"sourceRanges": ["0.0.0.0/0"], "allowPublicInternet": True}
     cfg = _parse({"replicas": 2, **public, "domain": "llm.example.com"})
     assert cfg.domain == "llm.example.com"
+
+
+@pytest.mark.parametrize("fleet", [FLEET, {"minReplicas": 1, "maxReplicas": 4, "sourceRanges": RANGES}])
+def test_a_fleet_takes_the_default_idle_stop_that_pulumi_applies(fleet: dict[str, Any]) -> None:
+    """Pulumi sets every key Pulumi.yaml gives a default to (idleStopMinutes: 30 included) before the
+    program runs: a fleet recipe that never names the key must pass, and never autostops."""
+    declared = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"]
+    assert declared["idleStopMinutes"]["default"] == DEFAULT_IDLE_STOP_MINUTES
+    for idle in (DEFAULT_IDLE_STOP_MINUTES, 0):
+        cfg = _parse({**fleet, "idleStopMinutes": idle})
+        assert cfg.fleet and cfg.autostop_minutes == 0
+    assert (
+        _parse({"idleStopMinutes": DEFAULT_IDLE_STOP_MINUTES}).autostop_minutes == DEFAULT_IDLE_STOP_MINUTES
+    )

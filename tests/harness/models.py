@@ -11,9 +11,9 @@ from tests.harness.synth_gguf import write_tiny_mtp_gguf
 GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
 
 
-def tiny_mtp_model(directory: Path, *, agree: bool = False, seed: int = 0) -> Path:
-    name = f"tiny-qwen35moe-mtp-seed{seed}{'-agree' if agree else ''}.gguf"
-    return write_tiny_mtp_gguf(directory / name, seed=seed, agree=agree)
+def tiny_mtp_model(directory: Path, *, agree: bool = False, seed: int = 0, thinking: bool = False) -> Path:
+    name = f"tiny-qwen35moe-mtp-seed{seed}{'-agree' if agree else ''}{'-thinking' if thinking else ''}.gguf"
+    return write_tiny_mtp_gguf(directory / name, seed=seed, agree=agree, thinking=thinking)
 
 
 def gemma_model() -> Path:

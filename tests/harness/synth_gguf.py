@@ -122,6 +122,13 @@ _CHAT_TEMPLATE = (
 )
 
 
+# llama.cpp's copy of the Qwen3.5 chat template (models/templates/Qwen3.5-4B.jinja in the b11434
+# sdist), the family Qwen3.6 belongs to. With thinking on (the default) its generation prompt ends
+# in an open `<think>`, so llama-server's parser hands what the model says back as
+# `reasoning_content` until it closes the tag, as the deployed model's answers arrive.
+THINKING_TEMPLATE = Path(__file__).resolve().parent / "templates" / "Qwen3.5-4B.jinja"
+
+
 def _byte_chars() -> list[str]:
     """GPT-2's byte-to-unicode table: token i is byte i."""
     printable = [
@@ -289,7 +296,9 @@ def tensor_plan(spec: ModelSpec, vocab: Vocab, *, agree: bool, seed: int = 0) ->
 # --- writer ----------------------------------------------------------------------------------
 
 
-def _write_metadata(writer: gguf.GGUFWriter, spec: ModelSpec, vocab: Vocab, dtype: str) -> None:
+def _write_metadata(
+    writer: gguf.GGUFWriter, spec: ModelSpec, vocab: Vocab, dtype: str, *, thinking: bool = False
+) -> None:
     writer.add_name(f"qwen35moe-synthetic-{spec.n_embd}x{spec.n_trunk_layers}")
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if dtype == "f16" else gguf.LlamaFileType.ALL_F32)
     writer.add_context_length(spec.context_length)
@@ -322,7 +331,7 @@ def _write_metadata(writer: gguf.GGUFWriter, spec: ModelSpec, vocab: Vocab, dtyp
     writer.add_eos_token_id(vocab.eos)
     writer.add_pad_token_id(vocab.pad)
     writer.add_add_bos_token(False)
-    writer.add_chat_template(_CHAT_TEMPLATE)
+    writer.add_chat_template(THINKING_TEMPLATE.read_text() if thinking else _CHAT_TEMPLATE)
 
 
 def write_qwen35moe_gguf(
@@ -333,8 +342,12 @@ def write_qwen35moe_gguf(
     agree: bool = False,
     dtype: str = "f32",
     progress: Callable[[str], None] | None = None,
+    thinking: bool = False,
 ) -> Path:
-    """Writes the model to ``path``, one tensor at a time (peak memory: the largest tensor)."""
+    """Writes the model to ``path``, one tensor at a time (peak memory: the largest tensor).
+
+    ``thinking``: the Qwen3.5 chat template (:data:`THINKING_TEMPLATE`) instead of a plain ChatML one.
+    """
     if dtype not in ("f32", "f16"):
         raise ValueError(f"dtype must be f32 or f16, not {dtype!r}")
     path = Path(path)
@@ -345,7 +358,7 @@ def write_qwen35moe_gguf(
         return np.float32 if dtype == "f32" or plan.keep_f32 else np.float16
 
     writer = gguf.GGUFWriter(path, ARCH)
-    _write_metadata(writer, spec, vocab, dtype)
+    _write_metadata(writer, spec, vocab, dtype, thinking=thinking)
     for plan in plans:
         itemsize = np.dtype(out_dtype(plan)).itemsize
         writer.add_tensor_info(
@@ -363,8 +376,8 @@ def write_qwen35moe_gguf(
     return path
 
 
-def write_tiny_mtp_gguf(path: Path | str, seed: int = 0, agree: bool = False) -> Path:
-    return write_qwen35moe_gguf(path, TINY, seed=seed, agree=agree)
+def write_tiny_mtp_gguf(path: Path | str, seed: int = 0, agree: bool = False, thinking: bool = False) -> Path:
+    return write_qwen35moe_gguf(path, TINY, seed=seed, agree=agree, thinking=thinking)
 
 
 def main(argv: list[str] | None = None) -> int:

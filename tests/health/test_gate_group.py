@@ -298,7 +298,7 @@ def test_a_group_stopped_at_size_zero_passes_with_the_wake_command() -> None:
     group.timeline = [(0, GroupState(members=[], target_size=0))]
     _lines, summary, diagnosis = run_gate(group, clock)
     assert summary is not None, diagnosis
-    assert "stopped (size 0" in summary and "python -m qwen36 wake" in summary
+    assert "stopped (size 0" in summary and "`qwen36 wake`" in summary
     assert clock.now < 60, "it passes at its first read, not at the timeout"
 
 

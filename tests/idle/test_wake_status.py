@@ -118,8 +118,8 @@ def test_wake_with_the_stack_reads_its_outputs(
 
 
 def test_wake_and_status_commands_are_exact() -> None:
-    assert wake_command("dev") == "python -m qwen36 wake --stack dev"
-    assert status_command("my stack") == "python -m qwen36 status --stack 'my stack'"
+    assert wake_command("dev") == "qwen36 wake --stack dev"
+    assert status_command("my stack") == "qwen36 status --stack 'my stack'"
 
 
 def _describe(group: FakeGroup, now: datetime | None = None) -> str:

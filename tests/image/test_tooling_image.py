@@ -17,6 +17,7 @@ import pulumi
 import pytest
 
 from infra.bake_script import render_bake_script
+from infra.cold_start import COLD_START_STOCK, COLD_START_TOOLING
 from infra.config import StackConfig
 from infra.tooling_image import (
     BAKE_SCRIPT_ENV,
@@ -340,7 +341,7 @@ def test_lookup_finds_the_builds_family() -> None:
     assert image == f"projects/{GCP_PROJECT}/global/images/family/{tooling_family(cfg.llama_cpp_build)}"
     [call] = mocked.mocks.calls
     assert call.token == GET_IMAGE and call.args["family"] == "qwen36-mtp-l4-tooling-b11434"
-    assert any(level == "INFO" and "~2 min" in message for level, message in mocked.logs.records)
+    assert any(level == "INFO" and COLD_START_TOOLING in message for level, message in mocked.logs.records)
 
 
 def test_a_missing_family_falls_back_to_the_stock_image() -> None:
@@ -350,9 +351,9 @@ def test_a_missing_family_falls_back_to_the_stock_image() -> None:
     choice = mocked.run(
         lambda: pulumi.Output.from_input(choose_server_image(cfg, find_tooling_image(cfg, GCP_PROJECT)))
     )
-    assert choice.source == "stock" and choice.bootstrap is None
+    assert choice.source == "stock"
     assert choice.image == stock_image_url(cfg)
-    assert "~3.5 min" in choice.summary and "buildToolingImage" in choice.summary
+    assert COLD_START_STOCK in choice.summary and "buildToolingImage" in choice.summary
     [call] = mocked.mocks.calls
     assert call.args["family"] == "qwen36-mtp-l4-tooling-b11434" and call.args["project"] == GCP_PROJECT
     infos = [m for level, m in mocked.logs.records if level == "INFO"]
@@ -387,30 +388,30 @@ def test_a_found_image_is_chosen_with_its_cold_start() -> None:
     mocked = set_up(_image_found)
     cfg = StackConfig()
     choice = choose_server_image(cfg, find_tooling_image(cfg))
-    assert choice.source == "tooling" and choice.bootstrap is None
-    assert "~2 min" in choice.summary
+    assert choice.source == "tooling"
+    assert COLD_START_TOOLING in choice.summary
     assert mocked.run(lambda: choice.image) == (
         f"projects/{GCP_PROJECT}/global/images/family/qwen36-mtp-l4-tooling-b11434"
     )
 
 
-def test_a_stack_that_bakes_starts_on_the_stock_image_and_settles_on_its_own() -> None:
-    """The first deployment of a build: the group's settled image resolves only after the bake, so
-    the server starts on the stock image meanwhile (infra/image_switch.py moves it over)."""
+def test_a_stack_that_bakes_boots_its_own_bake() -> None:
+    """The first deployment of a build: the group's image resolves only after the bake, so the
+    template (and the group after it) waits for the bake."""
     mocked = set_up(_image_missing)
     cfg = StackConfig()
 
     def build() -> pulumi.Output[Any]:
         tooling = ToolingImage("tooling", ToolingImageArgs(cfg=cfg, project=GCP_PROJECT, **NETWORK))
         choice = choose_server_image(cfg, None, tooling)
-        assert choice.bootstrap == stock_image_url(cfg)
+        assert choice.source == "tooling" and "baked first" in choice.summary
         return pulumi.Output.from_input(choice.image)
 
     image = mocked.run(build)
     assert image == f"projects/{GCP_PROJECT}/global/images/family/qwen36-mtp-l4-tooling-b11434"
     assert mocked.mocks.calls == []  # no lookup needed: the family is this stack's own
     infos = [m for level, m in mocked.logs.records if level == "INFO"]
-    assert any("starts on the stock image" in m and "one restart" in m for m in infos)
+    assert any("is baked first" in m and "then the server boots it" in m for m in infos)
 
 
 @pytest.mark.parametrize("build", [9093, 11434, 20000])

@@ -8,8 +8,10 @@ runs for real.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import runpy
+import secrets
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -82,6 +84,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 "url": f"gs://{inputs.get('name') or args.name + '-9f8e7d6'}",
             },
             "random:index/randomPassword:RandomPassword": lambda: {"result": MOCK_API_KEY},
+            # Random as the provider's is: a new deployment (a new state) draws a new suffix.
+            "random:index/randomId:RandomId": lambda: {"hex": secrets.token_hex(int(inputs["byteLength"]))},
             "gcp:compute/regionInstanceTemplate:RegionInstanceTemplate": lambda: {
                 "selfLink": f"{COMPUTE}/projects/{GCP_PROJECT}/regions/{inputs['region']}/instanceTemplates/"
                 f"{inputs['namePrefix']}{int(TEMPLATE_SUFFIX) + self._count(args.typ)}"
@@ -169,6 +173,27 @@ class RecordingMonitor(MockMonitor):
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
+        recorded = getattr(self.mocks, "resources", None) or []
+        # Registrations run concurrently: another resource may have been recorded since this one.
+        mine = next(
+            (
+                i
+                for i in range(len(recorded) - 1, -1, -1)
+                if (recorded[i].type, recorded[i].name) == (request.type, request.name)
+            ),
+            None,
+        )
+        if mine is not None:
+            # What the engine (and so the policy pack) also sees: the URN, ignoreChanges and the
+            # resources each input was computed from (RegisterResourceRequest.propertyDependencies).
+            recorded[mine] = dataclasses.replace(
+                recorded[mine],
+                urn=response.urn,
+                ignore_changes=tuple(request.ignoreChanges),
+                property_dependencies={
+                    key: tuple(deps.urns) for key, deps in request.propertyDependencies.items()
+                },
+            )
         self.registrations[request.name] = Registration(
             urn=response.urn,
             parent=request.parent,
@@ -197,6 +222,15 @@ class Deployment:
         found = self.of_type(token)
         assert len(found) == 1, f"expected one {token}, got {[r.name for r in found]}"
         return found[0]
+
+
+def project_defaults() -> dict[str, Any]:
+    """What Pulumi adds to every stack's config before the program runs: each key's ``default`` in
+    Pulumi.yaml that the stack leaves unset (ValidateStackConfigAndApplyProjectConfig, pulumi/pulumi
+    sdk/go/common/workspace/project.go; its project_test.go, TestStackConfigIsInheritedFromProjectConfig).
+    """
+    declared = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"]
+    return {f"{PROJECT}:{key}": spec["default"] for key, spec in declared.items() if "default" in spec}
 
 
 def stack_config(stack: str) -> dict[str, Any]:
@@ -228,7 +262,7 @@ def deploy(
     """
     ours = {"app": PROJECT, "stack": f"qwen36-{stack}", "managed-by": "pulumi"}
     buckets = {name: ours for name in existing_buckets} | dict(foreign_buckets or {})
-    config = stack_config(stack)
+    config = {**project_defaults(), **stack_config(stack)}
     config.update({f"{PROJECT}:{k}": v for k, v in (overrides or {}).items()})
     if gcp_project is not None:
         config["gcp:project"] = gcp_project

@@ -11,6 +11,7 @@ from gcp_storage_emulator.server import create_server
 from google.cloud import storage
 from program_mocks import GCP_PROJECT, deploy, stack_config
 
+from infra.cache_probe import COLD_START_GCS, COLD_START_HF
 from infra.config import deployment_name, parse_config
 from infra.model_cache import model_bucket_name, model_object_name
 
@@ -40,13 +41,13 @@ def test_a_staged_model_is_announced_as_the_gcs_path(bucket: storage.Bucket) -> 
 
     out = deploy("dev").outputs
     assert out["modelCachePath"] == "gcs"
-    assert "staged" in out["modelCacheNote"] and "~2-3.5 min" in out["modelCacheNote"]
+    assert "staged" in out["modelCacheNote"] and COLD_START_GCS in out["modelCacheNote"]
 
 
 def test_an_empty_bucket_means_the_hugging_face_path(bucket: storage.Bucket) -> None:
     out = deploy("dev").outputs
     assert out["modelCachePath"] == "huggingface"
-    assert "not staged" in out["modelCacheNote"] and "~10 min" in out["modelCacheNote"]
+    assert "not staged" in out["modelCacheNote"] and COLD_START_HF in out["modelCacheNote"]
 
 
 def test_a_wrong_sha256_in_the_bucket_is_not_promised_as_the_fast_path(bucket: storage.Bucket) -> None:

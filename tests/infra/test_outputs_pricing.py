@@ -45,13 +45,13 @@ def test_spot_is_cheaper_than_on_demand() -> None:
     assert spot < on_demand
 
 
-def place_for(project: str = "p", static_ip: str | None = "203.0.113.10") -> Place:
+def place_for(project: str = "p", door_url: str | None = None) -> Place:
     return Place(
         project=project,
         region="us-central1",
         group="qwen36-dev",
         zones=("us-central1-a",),
-        static_ip=static_ip,
+        door_url=door_url,
     )
 
 
@@ -65,10 +65,17 @@ def test_plain_outputs_keys_are_the_exported_keys() -> None:
     assert tuple(plain_outputs(cfg_for(), place_for())) == PLAIN_OUTPUT_KEYS
 
 
-def test_without_a_static_ip_an_open_range_still_points_at_the_tunnel() -> None:
-    outputs = plain_outputs(cfg_for(sourceRanges=["198.51.100.7/32"]), place_for(static_ip=None))
+def test_an_open_range_still_points_at_the_tunnel_since_the_members_address_changes() -> None:
+    outputs = plain_outputs(cfg_for(sourceRanges=["198.51.100.7/32"]), place_for())
     assert outputs["webUiUrl"] == "http://localhost:8080/"
-    assert "python -m qwen36 tunnel" in outputs["access"]
+    assert "qwen36 tunnel " in outputs["access"]
+
+
+def test_the_door_is_the_endpoint_where_there_is_one() -> None:
+    door = "https://qwen36-dev-door-abc123-uc.a.run.app"
+    outputs = plain_outputs(cfg_for(), place_for(door_url=door))
+    assert (outputs["webUiUrl"], outputs["apiBaseUrl"]) == (f"{door}/", f"{door}/v1")
+    assert door in outputs["access"] and "qwen36 tunnel " in outputs["access"]
 
 
 def test_model_object_name_keeps_the_repo_path() -> None:

@@ -83,3 +83,14 @@ def test_each_default_matches_its_field(key: str) -> None:
     parsed = parse_config(as_pulumi_config({f"{PROJECT}:{key}": DECLARED[key]["default"]}))
     field_name = next(name for name in StackConfig.model_fields if to_camel(name) == key)
     assert getattr(parsed, field_name) == FIELDS[key].get_default(call_default_factory=True)
+
+
+def test_pulumi_refreshes_before_every_update_and_keeps_state_where_deploy_sh_does() -> None:
+    """The group changes outside Pulumi (idle stop, wake, repairs), and a stale fingerprint in the
+    state makes the next PATCH fail with 412; the state backend is the project's, for every shell."""
+    project = project_file()
+    assert project["options"]["refresh"] == "always"
+    url = project["backend"]["url"]
+    assert url == "file://~/.qwen36-mtp-l4/state"
+    deploy = (ROOT / "scripts" / "deploy.sh").read_text()
+    assert "STATE_DIR=$HOME/.qwen36-mtp-l4\n" in deploy and 'mkdir -p "$STATE_DIR/state"' in deploy

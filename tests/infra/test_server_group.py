@@ -46,9 +46,7 @@ def build(**overrides: Any) -> tuple[RecordingMocks, OptionsMonitor, dict[str, A
             **{"network": "qwen36-vpc", "subnetwork": "qwen36-subnet", **overrides},
         )
         group = ServerGroup("server", args)
-        return pulumi.Output.all(name=group.group_name, ig=group.instance_group, ip=group.static_ip).apply(
-            seen.update
-        )
+        return pulumi.Output.all(name=group.group_name, ig=group.instance_group).apply(seen.update)
 
     program()
     return mocks, monitor, seen
@@ -66,5 +64,5 @@ def test_an_autoscaled_group_leaves_the_size_and_named_fields_to_others() -> Non
     (template,) = [r for r in mocks.resources if r.type.endswith("RegionInstanceTemplate")]
     assert template.inputs["networkInterfaces"][0]["network"] == "qwen36-vpc"
     assert template.inputs["networkInterfaces"][0]["subnetwork"] == "qwen36-subnet"
-    assert seen["name"] == "qwen36-fleet" and seen["ip"] is None
+    assert seen["name"] == "qwen36-fleet"
     assert seen["ig"].endswith("/regions/us-central1/instanceGroups/qwen36-fleet")

@@ -9,7 +9,14 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from tests.harness.synth_gguf import REAL_WIDTH, TINY, build_vocab, tensor_plan, write_qwen35moe_gguf
+from tests.harness.synth_gguf import (
+    REAL_WIDTH,
+    THINKING_TEMPLATE,
+    TINY,
+    build_vocab,
+    tensor_plan,
+    write_qwen35moe_gguf,
+)
 
 # Qwen3.6-35B-A3B at 8 trunk layers + MTP, F16 (the GPU measurement's figure): ~17 GB.
 REAL_WIDTH_F16_BYTES = 17.19e9
@@ -89,3 +96,11 @@ def test_real_width_plan_has_the_deployed_widths() -> None:
         "blk.4.nextn.enorm.weight",
         "blk.4.nextn.hnorm.weight",
     }
+
+
+def test_thinking_carries_the_qwen35_template(tmp_path: Path) -> None:
+    plain = gguf.GGUFReader(write_qwen35moe_gguf(tmp_path / "p.gguf", TINY))
+    thinking = gguf.GGUFReader(write_qwen35moe_gguf(tmp_path / "t.gguf", TINY, thinking=True))
+    template = _field(thinking, "tokenizer.chat_template")
+    assert template == THINKING_TEMPLATE.read_text()
+    assert "<think>" in str(template) and "<think>" not in str(_field(plain, "tokenizer.chat_template"))

@@ -1,0 +1,174 @@
+"""``qwen36 check [--stack S]``: what would stop the deploy, in seconds, before it starts.
+
+One line per fact (``ok``, ``warn`` or ``BLOCK``), each problem with its fix: the application-default
+credentials and the project; the APIs the deploy calls; billing; the GPU quotas that apply
+(``GPUS_ALL_REGIONS`` and the region's spot or on-demand L4 quota) against the stack's servers; L4 in
+each configured zone; the tooling-image family; the organization policies that can refuse what the
+program creates; and the caller's permissions for it (``infra/required_permissions.py``). It changes
+nothing. Exit 0 when nothing blocks (warnings included), 1 on a blocker, 2 when it cannot run (no such
+stack file). ``scripts/deploy.sh`` runs it first and stops on a blocker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from qwen36.check.report import EXIT_UNUSABLE, Fact, block, ok, summary
+
+CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
+DEFAULT_STACK = "dev"  # scripts/deploy.sh's default
+ADC_LOGIN = "gcloud auth application-default login"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "check",
+        help="say what would stop the deploy (quotas, org policies, permissions...) before it starts",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    parser.add_argument(
+        "--stack", default=DEFAULT_STACK, help=f"the stack to check (default {DEFAULT_STACK})"
+    )
+    parser.add_argument("--project", help="the project (default: the stack's gcp:project, else gcloud's)")
+    parser.add_argument("--project-dir", type=Path, default=Path.cwd(), help="where Pulumi.yaml lives")
+    parser.add_argument("--api-root", help=argparse.SUPPRESS)
+    parser.set_defaults(func=run)
+
+
+def read_stack_file(path: Path) -> dict[str, Any]:
+    import yaml
+
+    document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    config = document.get("config") if isinstance(document, dict) else None
+    return dict(config) if isinstance(config, dict) else {}
+
+
+def credentials() -> tuple[Any, str | None, Fact]:
+    """The application-default credentials with a fresh token, their project, and the fact."""
+    import google.auth
+    from google.auth import exceptions
+    from google.auth.transport.requests import Request
+
+    try:
+        creds, project = google.auth.default(scopes=[CLOUD_PLATFORM])
+    except exceptions.DefaultCredentialsError as exc:
+        reason = str(exc).strip().splitlines()[0][:200]
+        return None, None, block("credentials", f"no application-default credentials ({reason})", ADC_LOGIN)
+    try:
+        creds.refresh(Request())
+    except exceptions.RefreshError as exc:
+        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        return None, None, block("credentials", f"they cannot get a token ({reason})", ADC_LOGIN)
+    except exceptions.TransportError as exc:
+        reason = str(exc).strip().splitlines()[0][:200]
+        return (
+            None,
+            None,
+            block(
+                "credentials",
+                f"Google's token endpoint did not answer ({reason})",
+                "check this machine's network",
+            ),
+        )
+    return creds, project, ok("credentials", describe(creds))
+
+
+def describe(creds: Any) -> str:
+    email = getattr(creds, "service_account_email", None)
+    if email:
+        what = f"service account {email}"
+    else:
+        account = getattr(creds, "account", "") or ""
+        what = f"user account {account}".strip() + f" (from `{ADC_LOGIN}`)"
+    quota = getattr(creds, "quota_project_id", None)
+    return what + (f"; quota project {quota}" if quota else "")
+
+
+def caller(creds: Any) -> str:
+    """The IAM member of the caller, for the command that lists its roles."""
+    email = getattr(creds, "service_account_email", None)
+    if email:
+        return f"serviceAccount:{email}"
+    account = getattr(creds, "account", "") or ""
+    return f"user:{account}" if account else "user:YOUR_EMAIL"
+
+
+def run(args: argparse.Namespace) -> int:
+    from infra.config import GCP_PROJECT_KEY, PROJECT, ConfigError, parse_config
+
+    stack_file = args.project_dir / f"Pulumi.{args.stack}.yaml"
+    try:
+        raw = read_stack_file(stack_file)
+    except FileNotFoundError:
+        known = sorted(
+            p.name.removeprefix("Pulumi.").removesuffix(".yaml")
+            for p in args.project_dir.glob("Pulumi.*.yaml")
+        )
+        print(
+            f"check: no {stack_file.name} in {args.project_dir}; stacks: {', '.join(known) or 'none'}",
+            file=sys.stderr,
+        )
+        return EXIT_UNUSABLE
+    except (OSError, ValueError) as exc:
+        print(f"check: cannot read {stack_file.name}: {exc}", file=sys.stderr)
+        return EXIT_UNUSABLE
+
+    facts: list[Fact] = []
+
+    def emit(fact: Fact) -> None:
+        facts.append(fact)
+        print(fact.line(), flush=True)
+
+    def finish() -> int:
+        line, code = summary(facts)
+        print(line, flush=True)
+        return code
+
+    print(f"check: stack {args.stack} ({stack_file.name})", flush=True)
+    try:
+        cfg = parse_config({k: v for k, v in raw.items() if k.startswith(f"{PROJECT}:")})
+    except ConfigError as exc:
+        emit(block("config", str(exc), f"edit {stack_file.name}"))
+        return finish()
+
+    creds, adc_project, fact = credentials()
+    emit(fact)
+    if creds is None:
+        return finish()
+
+    stack_project = str(raw.get(GCP_PROJECT_KEY) or "").strip()
+    project, source = next(
+        (
+            (value, where)
+            for value, where in (
+                (args.project, "--project"),
+                (stack_project, f"{GCP_PROJECT_KEY} in {stack_file.name}"),
+                (adc_project, "gcloud's configured project; scripts/deploy.sh sets it as gcp:project"),
+            )
+            if value
+        ),
+        ("", ""),
+    )
+    if not project:
+        emit(
+            block(
+                "project",
+                f"none: {stack_file.name} has no {GCP_PROJECT_KEY} and gcloud has no project configured",
+                f"gcloud config set project <id>, or "
+                f"pulumi config set {GCP_PROJECT_KEY} <id> -s {args.stack}",
+            )
+        )
+        return finish()
+
+    from qwen36.check.gcp import Apis
+    from qwen36.check.plan import Plan
+    from qwen36.check.probes import check
+
+    plan = Plan(stack=args.stack, project=project, cfg=cfg)
+    emit(ok("project", f"{project} ({source}): {plan.describe()}"))
+    for fact in check(plan, Apis(creds, args.api_root), caller=caller(creds)):
+        emit(fact)
+    return finish()
