@@ -1,21 +1,19 @@
 """The web UI through the door in headless Chromium (Playwright, Debian's browser): the door's key
 page, the key entered once, then the pinned build's own UI served through the door, streaming an
-answer. Needs the llama-server build with the UI embedded (tests/client/ui_build.py); where it has
+answer. Needs the llama-server build with the UI embedded (``python -m tests.harness.llama_build
+--ui``); where it has
 not been built on this machine the test skips rather than start a half-hour build."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 
 import pytest
 
-from infra.llama_cpp import LLAMA_CPP_BUILD
-from tests.client.ui_build import BINARY_ENV, embeds_ui
 from tests.door.conftest import API_KEY, WorldFactory
-from tests.harness.llama_build import cache_dir, llama_server_binary
+from tests.harness.llama_build import UI_BINARY_ENV, ready_binary, recipe
 
 CHROMIUM = Path(os.environ.get("QWEN36_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
@@ -33,13 +31,9 @@ MESSAGE_BOX = "Type a message..."  # the UI's ChatForm placeholder (tests/client
 
 def _ui_binary() -> Path | None:
     """The UI build if this machine has one already (never builds it)."""
-    if os.environ.get(BINARY_ENV):
-        return Path(os.environ[BINARY_ENV])
-    marker = cache_dir() / f"llama-server-ui-{LLAMA_CPP_BUILD}" / ".qwen36-ready.json"
-    if marker.is_file():
-        return Path(json.loads(marker.read_text())["binary"])
-    harness = llama_server_binary()
-    return harness if embeds_ui(harness) else None
+    if os.environ.get(UI_BINARY_ENV):
+        return Path(os.environ[UI_BINARY_ENV])
+    return ready_binary(recipe(ui=True))
 
 
 @pytest.mark.llama
