@@ -24,6 +24,13 @@ boot disk, so nothing is billed while stopped, and a wake lets the group place t
 zone with capacity (a stopped member could only restart in its old zone). docs/autostop.md has the
 comparison with ``stopInstances`` and its costs.
 
+With the front door (``--door-url``, the single server's default) the stop is the door's: the VM's
+account then holds no Compute permission, so the watcher asks the door instead, ``POST
+<door>/_qwen36/idle-stop`` with an ID token of the VM's account from the metadata server (audience:
+the door's URL). The door verifies the token, refuses while it holds or streams a request (409: the
+idle window starts again) and resizes its group to 0. The watcher stays the clock of idleness:
+every request reaches llama-server through the door, so llama-server's counters see them all.
+
 Each idle stop is logged (stdout: the journal), written to the guest attribute ``qwen36/idle`` and
 to Cloud Logging (log ``qwen36-autostop``): a deleted VM takes its journal and guest attributes with
 it, the log entry stays.
@@ -71,10 +78,15 @@ DEFAULT_REPORT_INTERVAL_S = 60.0
 # after that the window starts again and the next full idle window tries again.
 DEFAULT_STOP_ATTEMPTS = 5
 DEFAULT_RETRY_PAUSE_S = 10.0
+DOOR_STOP_PATH = "/_qwen36/idle-stop"
 
 
 class NotInGroupError(AgentError):
     """The VM is not a managed instance: there is no group to resize."""
+
+
+class DoorBusyError(AgentError):
+    """The door holds or streams a request: not idle after all."""
 
 
 def log(message: str) -> None:
@@ -161,6 +173,18 @@ class Cloud:
             raise AgentError(f"resize operation {operation.get('name')} failed: {operation['error']}")
         return operation
 
+    def door_stop(self, door_url: str, audience: str) -> dict[str, object]:
+        """Asks the door for the stop (it resizes the group); DoorBusyError on its 409."""
+        token = self.metadata.identity_token(audience)
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        status, body = request("POST", door_url.rstrip("/") + DOOR_STOP_PATH, headers, b"{}")
+        if status == 409:
+            raise DoorBusyError(f"the door refused: {body[:200]!r}")
+        if status != 200:
+            raise AgentError(f"the door's idle stop answered {status}: {body[:300]!r}")
+        answer: dict[str, object] = json.loads(body)
+        return answer
+
     def write_log_entry(self, payload: dict[str, object], severity: str = "NOTICE") -> None:
         """One Cloud Logging entry (best effort): it outlives the deleted VM's journal."""
         # https://cloud.google.com/logging/docs/reference/v2/rest/v2/entries/write
@@ -190,6 +214,10 @@ class Settings:
     stop_attempts: int = DEFAULT_STOP_ATTEMPTS
     retry_pause_s: float = DEFAULT_RETRY_PAUSE_S
     boot_id_file: Path = Path(BOOT_ID_FILE)
+    door_url: str = ""
+    """The front door's URL: when set, the door makes the stop (the VM's account cannot)."""
+    door_audience: str = ""
+    """The ID token's audience (the door's own URL, which it checks); defaults to ``door_url``."""
 
 
 class Watcher:
@@ -267,6 +295,8 @@ class Watcher:
 
     def stop(self, group: Group, *, idle_s: float) -> bool:
         detail = f"idle {idle_s / 60:.1f} min, last request {self.last_request()}"
+        if self.s.door_url:
+            return self._door_stop(group, idle_s, detail)
         try:
             size = self.cloud.group_target_size(group)
         except (OSError, AgentError, ValueError) as exc:
@@ -310,6 +340,41 @@ class Watcher:
         log(f"stop failed after {self.s.stop_attempts} attempts; trying again after another idle window")
         return False
 
+    def _door_stop(self, group: Group, idle_s: float, detail: str) -> bool:
+        pause = self.s.retry_pause_s
+        audience = self.s.door_audience or self.s.door_url
+        for attempt in range(1, self.s.stop_attempts + 1):
+            try:
+                answer = self.cloud.door_stop(self.s.door_url, audience)
+            except DoorBusyError as exc:
+                log(f"idle ({detail}) but {exc}; the idle window starts again")
+                return False
+            except (OSError, AgentError, ValueError) as exc:
+                log(f"door stop attempt {attempt}/{self.s.stop_attempts} failed: {exc}")
+                if attempt < self.s.stop_attempts:
+                    self.sleep(pause)
+                    pause *= 2
+                continue
+            operation = answer.get("operation")
+            log(f"idle stop: the door resized group {group.name} to 0 ({detail}); operation {operation}")
+            self.report("idle-stop", f"{detail}; group {group.name} resized to 0 by the door")
+            self.cloud.write_log_entry(
+                {
+                    "event": "idle-stop",
+                    "message": f"qwen36 autostop: the door resized {group.name} to 0: {detail}",
+                    "group": group.name,
+                    "region": group.region,
+                    "idleMinutes": round(idle_s / 60, 2),
+                    "lastRequest": self.last_request(),
+                    "bootId": self.boot_id,
+                    "operation": str(answer.get("operation", "")),
+                    "via": "door",
+                }
+            )
+            return True
+        log(f"door stop failed after {self.s.stop_attempts} attempts; trying again after another idle window")
+        return False
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="idle_watch.py", description=__doc__.splitlines()[0])
@@ -324,6 +389,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compute-url", default=DEFAULT_COMPUTE_URL)
     parser.add_argument("--logging-url", default=DEFAULT_LOGGING_URL)
     parser.add_argument("--boot-id-file", type=Path, default=Path(BOOT_ID_FILE))
+    parser.add_argument(
+        "--door-url", default="", help="the front door: it makes the stop (absent: resize here)"
+    )
+    parser.add_argument("--door-audience", default="", help="the ID token's audience (default: --door-url)")
     args = parser.parse_args(argv)
     if args.idle_minutes <= 0:
         log("idle stop is off (idle minutes <= 0)")
@@ -337,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
         stop_attempts=max(1, args.stop_attempts),
         retry_pause_s=args.retry_pause_seconds,
         boot_id_file=args.boot_id_file,
+        door_url=args.door_url,
+        door_audience=args.door_audience,
     )
     cloud = Cloud(Metadata(args.metadata_url), args.compute_url, args.logging_url)
     try:

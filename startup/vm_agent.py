@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -108,6 +109,14 @@ class Metadata:
             "instance_id": self.get("instance/id"),
             "zone": self.get("instance/zone").rsplit("/", 1)[-1],
         }
+
+    def identity_token(self, audience: str) -> str:
+        """A Google-signed ID token of this VM's service account for ``audience`` (the door's URL);
+        ``format=full`` carries the account's email, which the door checks.
+        https://cloud.google.com/compute/docs/instances/verifying-instance-identity
+        """
+        query = urllib.parse.urlencode({"audience": audience, "format": "full"})
+        return self.get(f"instance/service-accounts/default/identity?{query}").strip()
 
     def token(self) -> str:
         """The VM service account's access token, reused until TOKEN_MARGIN_S before it expires.

@@ -1,6 +1,7 @@
 """Imports flow one way between the rooms: ``infra/`` (runs inside ``pulumi up``) never reaches into
 ``qwen36/`` (the user's CLI), ``tests/`` or ``bench/``; ``qwen36/`` never into ``tests/`` or ``bench/``;
-``startup/`` (the VM) into none of them;
+``startup/`` (the VM) and ``door/`` (the front door on Cloud Run) into none of them, and nothing but
+tests and benchmarks into ``door/``;
 and no two modules of one package import each other."""
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 FORBIDDEN = {
-    "infra": ("qwen36", "tests", "bench"),
-    "qwen36": ("tests", "bench"),
-    "startup": ("infra", "qwen36", "tests", "bench"),
+    "infra": ("qwen36", "tests", "bench", "door"),
+    "qwen36": ("tests", "bench", "door"),
+    "startup": ("infra", "qwen36", "tests", "bench", "door"),
     # The policy pack runs in its own venv beside `pulumi up`: only infra/policy.py's pure rules.
-    "policy": ("qwen36", "tests", "bench", "startup"),
+    "policy": ("qwen36", "tests", "bench", "startup", "door"),
+    # The front door runs on Cloud Run from its own archive (infra/door_archive.py packs its files):
+    # it imports no other room, and no room imports it.
+    "door": ("infra", "qwen36", "tests", "bench", "startup", "policy"),
 }
 
 

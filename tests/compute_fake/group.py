@@ -46,6 +46,8 @@ class FakeMember:
     serial: str = ""
     last_attempt: list[dict[str, Any]] = field(default_factory=list)
     """``lastAttempt.errors.errors``, as built by ``shapes.attempt_error``."""
+    network_ip: str = "10.128.0.2"
+    """``networkInterfaces[0].networkIP``: the VM's internal address (the door's tests use 127.0.0.1)."""
 
 
 @dataclass
@@ -87,6 +89,11 @@ class FakeGroup:
     calls: list[Call] = field(default_factory=list)
     operations: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The operations resizes started, by name."""
+    on_resize: Callable[[int], None] | None = None
+    """Called with the new size after each resize that changed the group (the door's tests start or
+    stop the real llama-server from it, as the group creates or deletes the member)."""
+    request_ids: dict[str, str] = field(default_factory=dict)
+    """The operation each resize's ``requestId`` started: a repeated requestId is the same request."""
     _operation_numbers: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

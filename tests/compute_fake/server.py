@@ -63,7 +63,7 @@ def _handler(group: FakeGroup) -> type[BaseHTTPRequestHandler]:
             if path == f"{group.path}/listManagedInstances":
                 self._json(200, shapes.managed_instances(group, group.state().members))
             elif path == f"{group.path}/resize":
-                self._resize(int(query["size"][0]))
+                self._resize(int(query["size"][0]), query.get("requestId", [""])[0])
             elif path.startswith(operations) and path.endswith("/wait"):
                 self._operation(path, path.removeprefix(operations).removesuffix("/wait"))
             else:
@@ -94,15 +94,25 @@ def _handler(group: FakeGroup) -> type[BaseHTTPRequestHandler]:
             else:
                 self._not_found(path)
 
-        def _resize(self, size: int) -> None:
+        def _resize(self, size: int, request_id: str) -> None:
             # https://cloud.google.com/compute/docs/reference/rest/v1/regionInstanceGroupManagers/resize
+            # requestId: a retried request with the same ID is recognised as the original one and
+            # ignored once that was received (the method's reference, parameter requestId): the fake
+            # answers the first request's operation and changes nothing.
+            if request_id and request_id in group.request_ids:
+                self._json(200, group.operations[group.request_ids[request_id]])
+                return
             failure = group.take_resize_failure()
             if failure is not None:
                 self._json(failure, shapes.error(failure, "backendError", shapes.BACKEND_ERROR_MESSAGE))
                 return
             operation = shapes.resize_operation(group, group.resize(size))
             group.operations[operation["name"]] = operation
+            if request_id:
+                group.request_ids[request_id] = operation["name"]
             self._json(200, operation)
+            if group.on_resize is not None:
+                group.on_resize(size)
 
         def _operation(self, path: str, name: str) -> None:
             # regionOperations.get and wait both answer the Operation; wait returns once it is DONE.

@@ -7,7 +7,7 @@ from typing import Any
 
 from infra import boot_protocol
 from tests.compute_fake.clock import EPOCH, at, rfc3339
-from tests.compute_fake.group import LINK_HOST, FakeGroup, FakeMember, GroupState
+from tests.compute_fake.group import LINK_HOST, PREFIX, FakeGroup, FakeMember, GroupState
 
 GROUP_ID = "4102349781350275419"
 STOCKOUT_MESSAGE = (
@@ -108,13 +108,32 @@ def attempt_error(code: str, message: str, details: list[dict[str, Any]] | None 
 
 def instance(group: FakeGroup, member: FakeMember) -> dict[str, Any]:
     # https://cloud.google.com/compute/docs/reference/rest/v1/instances/get
-    # (status, lastStartTimestamp in RFC 3339 text)
+    # (status, lastStartTimestamp in RFC 3339 text; networkInterfaces[]: name, network, subnetwork,
+    # networkIP (the internal IPv4 address), accessConfigs[] (the ephemeral external IP, natIP))
     return {
         "kind": "compute#instance",
         "name": member.name,
         "zone": LINK_HOST + group.zone_path(member.zone),
         "status": member.status,
         "lastStartTimestamp": rfc3339(at(member.started)),
+        "networkInterfaces": [
+            {
+                "kind": "compute#networkInterface",
+                "name": "nic0",
+                "network": f"{LINK_HOST}{PREFIX}/projects/{group.project}/global/networks/{group.name}",
+                "subnetwork": f"{LINK_HOST}{group.region_path}/subnetworks/{group.name}",
+                "networkIP": member.network_ip,
+                "accessConfigs": [
+                    {
+                        "kind": "compute#accessConfig",
+                        "type": "ONE_TO_ONE_NAT",
+                        "name": "External NAT",
+                        "natIP": "203.0.113.7",
+                        "networkTier": "PREMIUM",
+                    }
+                ],
+            }
+        ],
     }
 
 

@@ -22,9 +22,11 @@ esac
 """
 
 
-def _run(tmp_path: Path, cfg: StackConfig, *, calls: int = 2, api_key: bool = True, run_fails: bool = False
-         ) -> tuple[str, list[str], Path]:  # fmt: skip
-    script = render_boot_script(cfg, bucket="b", api_key_secret="s" if api_key else None, project="p")
+def _run(tmp_path: Path, cfg: StackConfig, *, calls: int = 2, api_key: bool = True, run_fails: bool = False,
+         door_url: str | None = None) -> tuple[str, list[str], Path]:  # fmt: skip
+    script = render_boot_script(
+        cfg, bucket="b", api_key_secret="s" if api_key else None, project="p", door_url=door_url
+    )
     body, last = script.rstrip("\n").rsplit("\n", 1)
     assert last == 'main "$@"'
     path = tmp_path / "boot.sh"
@@ -99,3 +101,15 @@ def test_the_rendered_value_is_the_config_value() -> None:
         StackConfig(idle_stop_minutes=7), bucket="b", api_key_secret=None, project="p"
     )
     assert "IDLE_STOP_MINUTES='7'" in script.splitlines()
+
+
+def test_the_door_url_reaches_the_watcher_only_with_a_door(tmp_path: Path) -> None:
+    door = "https://qwen36-door-123456789012.us-central1.run.app"
+    (tmp_path / "door").mkdir()
+    (tmp_path / "none").mkdir()
+    _, log, _ = _run(tmp_path / "door", StackConfig(), calls=1, door_url=door)
+    (run,) = [line for line in log if line.startswith("systemd-run ")]
+    assert run.split(" ")[-2:] == ["--door-url", door]
+    _, log, _ = _run(tmp_path / "none", StackConfig(), calls=1)
+    (run,) = [line for line in log if line.startswith("systemd-run ")]
+    assert "--door-url" not in run

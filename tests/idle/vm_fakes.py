@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
+from urllib.parse import parse_qs
 
 from tests.harness.loopback import serve_on_loopback
 
@@ -28,6 +29,10 @@ class FakeMetadata:
     instance_id: str = "5521896410023442211"
     zone: str = "projects/123456789012/zones/us-central1-b"
     token_expires_in: int = 3599
+    identity: Callable[[str], str] | None = None
+    """Mints the service account's ID token for an audience (GET .../identity?audience=...):
+    https://cloud.google.com/compute/docs/instances/verifying-instance-identity#request_signature"""
+    audiences: list[str] = field(default_factory=list)
     reads: list[str] = field(default_factory=list)
     writes: list[tuple[str, str]] = field(default_factory=list)
     refused: int = 0
@@ -73,10 +78,15 @@ def _metadata_handler(md: FakeMetadata) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             if not self._allowed():
                 return
-            key = self.path.split("?")[0].removeprefix(base)
+            key, _, query = self.path.partition("?")
+            key = key.removeprefix(base)
             with md._lock:
                 md.reads.append(key)
             value = values[key]() if key in values else ""
+            if key == "instance/service-accounts/default/identity" and md.identity is not None:
+                audience = parse_qs(query).get("audience", [""])[0]
+                md.audiences.append(audience)
+                value = md.identity(audience) if audience else ""
             if value:
                 self._reply(200, value)
             else:
