@@ -8,6 +8,8 @@ from infra.autostop import IGNORE_CHANGES as AUTOSTOP_IGNORES
 from infra.autostop import Autostop, AutostopArgs
 from infra.autostop import export_outputs as export_autostop
 from infra.config import deployment_name, load_config, load_gcp_project
+from infra.dashboard import Dashboard, DashboardArgs
+from infra.door import FrontDoor, FrontDoorArgs, project_number
 from infra.fleet import Fleet, FleetArgs, export_fleet
 from infra.health_gate import HealthGate, HealthGateArgs
 from infra.identity import Identity, IdentityArgs
@@ -24,7 +26,7 @@ name = deployment_name(pulumi.get_stack())
 labels = {"app": "qwen36-mtp-l4", "stack": name, "managed-by": "pulumi"}
 network_tag = name
 
-apis = Apis("apis", ApisArgs(project=project))
+apis = Apis("apis", ApisArgs(project=project, door=cfg.front_door))
 network = NetworkAccess(
     "network",
     NetworkAccessArgs(
@@ -32,8 +34,9 @@ network = NetworkAccess(
         region=cfg.region,
         network_tag=network_tag,
         # A fleet's clients reach the load balancer, where Cloud Armor enforces sourceRanges; its
-        # members' 8080 admits only Google's ranges.
+        # members' 8080 admits only Google's ranges. With a door, 8080 admits the door's subnet.
         source_ranges=[] if cfg.fleet else cfg.source_ranges,
+        door=cfg.front_door,
         depends_on=[apis],
     ),
 )
@@ -64,6 +67,29 @@ api_key = (
         ),
     )
     if cfg.api_key
+    else None
+)
+
+# The single server's endpoint: HTTPS, the key, wake on request (the key is required with a door).
+door = (
+    FrontDoor(
+        "door",
+        FrontDoorArgs(
+            cfg=cfg,
+            project=project,
+            project_number=project_number(project),
+            deployment=name,
+            group_name=name,
+            network=network.network,
+            subnetwork=network.door_subnetwork,
+            bucket=cache.bucket_name,
+            api_key_secret=api_key.secret_id,
+            vm_account_email=identity.email,
+            labels=labels,
+            depends_on=[apis, network, cache, api_key],
+        ),
+    )
+    if cfg.front_door and api_key is not None and network.door_subnetwork is not None
     else None
 )
 
@@ -101,23 +127,33 @@ server = ServerGroup(
         # An autoscaler owns the size of an autoscaled group, the idle watcher resizes a single
         # server's group to 0 and `qwen36 wake` back: Pulumi must not set the size back on its own.
         target_size=None if cfg.autoscaled else cfg.replicas,
-        ignore_changes=list(AUTOSTOP_IGNORES) if cfg.autoscaled or cfg.autostop_minutes else [],
+        ignore_changes=list(AUTOSTOP_IGNORES)
+        if cfg.autoscaled or cfg.autostop_minutes or cfg.front_door
+        else [],
         network=network.network,
         subnetwork=network.subnetwork,
         labels=labels,
+        door_url=door.stop_url if door is not None else None,
         # The boot reads the bucket, the secret and through the firewall from its first second.
         depends_on=[apis, network, identity, cache] + ([api_key] if api_key else []),
     ),
 )
 
-# Idle autostop: the VM's own account may read and resize the project's groups (IAM cannot narrow
-# the grant to one group: infra/autostop.py says why and what that allows).
+# Who may read and resize the group: the door (wake, and the idle stop the VM asks it for), else the
+# VM's own watcher. IAM cannot narrow the grant to one group: infra/autostop.py says why and what
+# that allows.
 autostop = (
     Autostop(
         "autostop",
-        AutostopArgs(project=project, deployment=name, member=identity.member, depends_on=[apis]),
+        AutostopArgs(
+            project=project,
+            deployment=name,
+            member=door.member if door is not None else identity.member,
+            read_members_of=name if door is not None else None,
+            depends_on=[apis],
+        ),
     )
-    if cfg.autostop_minutes
+    if door is not None or cfg.autostop_minutes
     else None
 )
 
@@ -164,6 +200,7 @@ export_all(
     bucket=cache.bucket_name,
     model_uri=cache.model_uri,
     api_key=api_key.api_key if api_key else None,
+    door_url=door.url if door is not None else None,
 )
 if fleet is not None:
     export_fleet(
@@ -174,7 +211,7 @@ if fleet is not None:
         group_name=server.group_name,
         servers_now=server.group.target_size,
     )
-if autostop is not None:
+if autostop is not None and cfg.autostop_minutes:
     export_autostop(
         stack=pulumi.get_stack(),
         project=project,
@@ -185,6 +222,12 @@ if autostop is not None:
         timeout_minutes=cfg.health_timeout_minutes,
         idle_minutes=cfg.autostop_minutes,
     )
+# What the door measures beside the server's own figures and the month's spend.
+if door is not None:
+    dashboard = Dashboard(
+        "dashboard", DashboardArgs(cfg=cfg, project=project, group_name=name, depends_on=[apis])
+    )
+    pulumi.export("dashboardUrl", dashboard.url)
 pulumi.export("startupScriptSha256", server.startup_script_sha256)
 pulumi.export("modelCachePath", cache.probe.path)
 pulumi.export("modelCacheNote", cache.probe.summary())

@@ -27,9 +27,14 @@ REQUIRED_SERVICES = (
 )
 
 
+# The front door (infra/door.py) runs on Cloud Run; its source deploy needs no Cloud Build.
+DOOR_SERVICES = ("run.googleapis.com",)
+
+
 @dataclass
 class ApisArgs:
     project: pulumi.Input[str]
+    door: bool = False
 
 
 class Apis(pulumi.ComponentResource):
@@ -48,6 +53,6 @@ class Apis(pulumi.ComponentResource):
                 disable_on_destroy=False,
                 opts=pulumi.ResourceOptions(parent=self),
             )
-            for service in REQUIRED_SERVICES
+            for service in (*REQUIRED_SERVICES, *(DOOR_SERVICES if args.door else ()))
         ]
         self.register_outputs({"services": [s.service for s in self.services]})

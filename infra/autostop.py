@@ -36,6 +36,11 @@ import pulumi_gcp as gcp
 import pulumi_random as random
 
 PERMISSIONS = ("compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update")
+# The front door also reads the current member for its internal address (instances.get); unlike a
+# group, an instance is a resource type IAM conditions evaluate, so this read is held to the group's
+# members by their names (the group names them <group>-<suffix>).
+# https://cloud.google.com/iam/docs/conditions-resource-attributes#resource-name
+MEMBER_READ_PERMISSIONS = ("compute.instances.get",)
 # The group fields the watcher changes, for ServerGroupArgs.ignore_changes: `pulumi up` sets the
 # size when it creates the group and never resizes it back after an idle stop.
 IGNORE_CHANGES = ("targetSize",)
@@ -119,7 +124,17 @@ class AutostopArgs:
     member: pulumi.Input[str]
     """The grant's holder as an IAM member (``serviceAccount:<email>``): the door's account, or the
     VM's where there is no door."""
+    read_members_of: str | None = None
+    """A group whose members the holder may also read (the door: it proxies to the member's address)."""
     depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
+
+
+def member_condition(group: str) -> str:
+    """CEL that matches the instances of ``group`` only (GCE names them ``<group>-<4 characters>``)."""
+    return (
+        'resource.type == "compute.googleapis.com/Instance" && '
+        f'resource.name.extract("/instances/{{name}}").startsWith("{group}-")'
+    )
 
 
 class Autostop(pulumi.ComponentResource):
@@ -127,6 +142,7 @@ class Autostop(pulumi.ComponentResource):
 
     suffix: random.RandomId
     role: gcp.projects.IAMCustomRole
+    read_role: gcp.projects.IAMCustomRole | None
     binding: gcp.projects.IAMMember
     role_name: pulumi.Output[str]
 
@@ -153,4 +169,27 @@ class Autostop(pulumi.ComponentResource):
             member=args.member,
             opts=pulumi.ResourceOptions(parent=self),
         )
+        self.read_role = None
+        if args.read_members_of is not None:
+            self.read_role = gcp.projects.IAMCustomRole(
+                f"{name}-read-role",
+                project=args.project,
+                role_id=self.suffix.hex.apply(lambda suffix: role_id(f"{args.deployment}_read", suffix)),
+                title="qwen36: read the server group's members",
+                description="The front door reads the current member's internal address",
+                permissions=list(MEMBER_READ_PERMISSIONS),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+            )
+            gcp.projects.IAMMember(
+                f"{name}-read-binding",
+                project=args.project,
+                role=self.read_role.name,
+                member=args.member,
+                condition=gcp.projects.IAMMemberConditionArgs(
+                    title="only this group's members",
+                    description="the instances the server group creates, by their names",
+                    expression=member_condition(args.read_members_of),
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
         self.register_outputs({"role_name": self.role_name})

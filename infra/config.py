@@ -128,6 +128,8 @@ class StackConfig(BaseModel):
     allow_public_internet: bool = False
     api_key: bool = True
     door: bool = True
+    # How long the door holds a request for a wake; infra/door.py's wake_bound_s derives the default.
+    door_wake_bound_seconds: int = Field(default=360, ge=180, le=3000)
     health_timeout_minutes: int = Field(default=20, ge=1, le=120)
 
     # Fleet: more than one server behind one load-balanced endpoint (infra/fleet.py).
@@ -254,7 +256,29 @@ class StackConfig(BaseModel):
         if self.threads > self.vcpus:
             raise _FieldError("threads", f"{self.machine_type} has {self.vcpus} vCPUs; use 0 for all of them")
         self._fleet_checks()
+        self._door_checks()
         return self
+
+    def _door_checks(self) -> None:
+        if not self.front_door:
+            return
+        # The door is the endpoint on the internet; the key is its only lock (it never runs open).
+        if not self.api_key:
+            raise _FieldError(
+                "api_key",
+                "the front door (door: true) is an HTTPS endpoint on the internet and checks the API key "
+                "before anything else; keep apiKey: true, or set door: false to reach the server only "
+                "through an IAP tunnel",
+            )
+        # Cloud Run gives the door no client address we could trust for a range check (no source
+        # settles how its front end fills X-Forwarded-For), and the VM's port never opens with a door.
+        if self.source_ranges:
+            raise _FieldError(
+                "source_ranges",
+                "with the front door (door: true) the endpoint is the door's HTTPS URL, which admits "
+                "whoever has the API key and opens no port on the VM; leave sourceRanges empty, or set "
+                "door: false to open the VM's port to these ranges instead",
+            )
 
     def _fleet_checks(self) -> None:
         if self.min_replicas and not self.max_replicas:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-When = Literal["always", "autostop", "fleet"]
+When = Literal["always", "door", "autostop", "fleet"]
 WHEN_TEXT: dict[When, str] = {
     "always": "every stack",
+    "door": "a single server with the front door (`door: true`, the default)",
     "autostop": "a single server with autostop on (`idleStopMinutes` > 0)",
     "fleet": "a fleet (`replicas` or `maxReplicas` >= 2)",
 }
@@ -71,6 +72,12 @@ OUTPUTS: tuple[OutputGroup, ...] = (
         ("startupScriptSha256",),
         "always",
         "the boot script's hash (a change is a new instance template, which the group rolls out)",
+    ),
+    OutputGroup(
+        ("dashboardUrl",),
+        "door",
+        "the Cloud Monitoring dashboard: the door's time to first token, wake holds and statuses beside "
+        "the server's MTP acceptance and decode rate, and the spend of the last 30 days",
     ),
     OutputGroup(
         ("wakeCommand", "statusCommand", "autostop"),

@@ -101,7 +101,10 @@ def access_note(cfg: StackConfig, place: Place) -> str:
 
 def urls(place: Place) -> dict[str, str]:
     origin = base_url(place)
-    return {"webUiUrl": f"{origin}/", "apiBaseUrl": f"{origin}/v1", "metricsUrl": f"{origin}/metrics"}
+    # The door never passes llama-server's /metrics on (door/app.py): operators read it through
+    # the IAP tunnel, and the dashboard shows the same figures.
+    tunnel = f"http://{LOCAL_TUNNEL_HOST}:{PORT}"
+    return {"webUiUrl": f"{origin}/", "apiBaseUrl": f"{origin}/v1", "metricsUrl": f"{tunnel}/metrics"}
 
 
 def plain_outputs(cfg: StackConfig, place: Place) -> dict[str, Any]:

@@ -346,10 +346,28 @@ GROUPS: tuple[ResourceGroup, ...] = (
         ),
     ),
     ResourceGroup(
+        name="dashboard",
+        declares=("gcp:monitoring/dashboard:Dashboard",),
+        service="monitoring.googleapis.com",
+        enabled_by=APIS,
+        when="door",
+        role="roles/monitoring.dashboardEditor",
+        permissions=_p(
+            *_crud(
+                "monitoring.dashboards",
+                "the door's and the server's dashboard",
+                "create",
+                "get",
+                "update",
+                "delete",
+            ),
+        ),
+    ),
+    ResourceGroup(
         name="front door",
-        # The door's own change names its Cloud Run resources; these are the v2 service and its
-        # invoker binding (pulumi-gcp cloudrunv2).
-        declares=("gcp:cloudrunv2/service:Service", "gcp:cloudrunv2/serviceIamMember:ServiceIamMember"),
+        # infra/door.py: the Cloud Run service (its invoker check off: the door checks the key), its
+        # source archive in the model bucket; its account and grants are the accounts' and grants' groups.
+        declares=("gcp:cloudrunv2/service:Service", "gcp:storage/bucketObject:BucketObject"),
         service="run.googleapis.com",
         enabled_by=APIS,
         when="door",
@@ -357,7 +375,10 @@ GROUPS: tuple[ResourceGroup, ...] = (
         permissions=_p(
             *_crud("run.services", "the door's Cloud Run service", "create", "get", "update", "delete"),
             ("run.services.getIamPolicy", "read who may call the door"),
-            ("run.services.setIamPolicy", "let anyone call the door, which checks the API key itself"),
+            ("run.services.setIamPolicy", "turn the invoker check off: the door checks the API key itself"),
+            *_crud(
+                "storage.objects", "the door's source archive in the model bucket", "create", "get", "delete"
+            ),
             ("run.operations.get", "wait for the service's rollout"),
             ("iam.serviceAccounts.actAs", "run the door as its own account"),
         ),

@@ -313,16 +313,20 @@ def _trusted_images(plan: Plan, eff: Effective) -> Fact:
     )
 
 
-def _member_domains(plan: Plan, eff: Effective) -> Fact:
-    name = "iam.allowedPolicyMemberDomains"
+def _invoker_iam(plan: Plan, eff: Effective) -> Fact:
+    # The door turns Cloud Run's invoker check off (it checks the API key itself) instead of granting
+    # allUsers, which domain-restricted sharing (iam.allowedPolicyMemberDomains) would refuse; this
+    # managed constraint, off unless an administrator enforces it, is what can refuse that instead.
+    # https://cloud.google.com/run/docs/securing/managing-access#invoker_check
+    name = "run.managed.requireInvokerIam"
     subject = _subject(name)
-    if not eff.set or eff.allow_all:
-        return ok(subject, "not restricted" if not eff.set else "allows every member")
+    if not eff.enforced:
+        return ok(subject, "not enforced (the door turns Cloud Run's invoker check off and checks the key)")
     return block(
         subject,
-        "restricts IAM members to listed domains, so the front door's allUsers invoker binding is refused",
-        "run the door with Cloud Run's invoker IAM check off, which needs no allUsers binding "
-        "(https://cloud.google.com/run/docs/securing/managing-access), or "
+        "enforced: Cloud Run services must keep the invoker IAM check, which the front door turns off "
+        "(OpenAI clients send the API key, not a Google identity)",
+        "set door: false (the server is then reached through an IAP tunnel), or "
         + exception_fix(plan.project, name),
     )
 
@@ -415,7 +419,7 @@ CONSTRAINTS: tuple[Constraint, ...] = (
     Constraint(
         "compute.restrictLoadBalancerCreationForTypes", lambda plan: plan.cfg.fleet, _load_balancer_types
     ),
-    Constraint("iam.allowedPolicyMemberDomains", lambda plan: plan.door, _member_domains),
+    Constraint("run.managed.requireInvokerIam", lambda plan: plan.door, _invoker_iam),
     Constraint("run.allowedIngress", lambda plan: plan.door, _run_ingress),
 )
 

@@ -72,9 +72,10 @@ ALL_CLEAR = [
     "ok    org policy gcp.restrictServiceUsage: not set",
     "ok    org policy gcp.restrictNonCmekServices: not set",
     "ok    org policy compute.restrictNonConfidentialComputing: not set",
-    "ok    org policy iam.allowedPolicyMemberDomains: not restricted",
+    "ok    org policy run.managed.requireInvokerIam: not enforced (the door turns Cloud Run's invoker "
+    "check off and checks the key)",
     "ok    org policy run.allowedIngress: not set",
-    "ok    permissions: all 84 the deploy needs are granted (infra/required_permissions.py)",
+    "ok    permissions: all 90 the deploy needs are granted (infra/required_permissions.py)",
     "result: 0 blockers, 0 warnings: all clear",
 ]
 
@@ -348,9 +349,13 @@ def test_a_missing_permission_names_it_its_reason_and_the_role(check: Runner, pr
                 "the "
                 "regional group); fix: ask a project owner for roles/compute.instanceAdmin.v1 and "
                 f"roles/iam.serviceAccountUser on acme-llm; yours: {ROLES}",
+                # The door runs as its own account too: the same missing permission, its own reason.
+                "BLOCK permissions for front door: 1 missing: iam.serviceAccounts.actAs (run the door as its "
+                "own account); fix: ask a project owner for roles/run.admin and roles/iam.serviceAccountUser "
+                f"on acme-llm; yours: {ROLES}",
             ]
         },
-        blocked(2),
+        blocked(3),
     )
     assert code == 1
 
@@ -554,40 +559,27 @@ def test_a_service_account_key_found_through_the_environment(
     assert compute and all(r.headers["authorization"].count(".") == 2 for r in compute), "self-signed JWTs"
 
 
-def test_the_front_door_brings_its_constraints_and_permissions(
-    check: Runner, project: FakeProject, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The door's own change adds the `door` config key (on by default for one server); until then
-    # the condition stands in for it.
-    from infra import required_permissions
-
-    monkeypatch.setitem(required_permissions.CONDITIONS, "door", lambda cfg, bakes: not cfg.fleet)
+def test_the_front_door_brings_its_constraints_and_permissions(check: Runner, project: FakeProject) -> None:
     project.policies.update(
         {
-            "iam.allowedPolicyMemberDomains": {"rules": [{"values": {"allowedValues": ["C03xyz123"]}}]},
+            "run.managed.requireInvokerIam": {"rules": [{"enforce": True}]},
             "run.allowedIngress": {"rules": [{"values": {"allowedValues": ["internal"]}}]},
         }
     )
     project.denied = {"run.services.setIamPolicy"}
     lines, code = check()
-    domains, ingress = "iam.allowedPolicyMemberDomains", "run.allowedIngress"
+    invoker, ingress = "run.managed.requireInvokerIam", "run.allowedIngress"
     assert lines == with_lines(
         {
-            "apis": "ok    apis: all 11 the deploy calls are enabled",
-            "org policy compute.restrictNonConfidentialComputing": [
-                "ok    org policy compute.restrictNonConfidentialComputing: not set",
-                f"BLOCK org policy {domains}: restricts IAM members to listed domains, so the front door's "
-                "allUsers invoker binding is refused; fix: run the door with Cloud Run's invoker IAM check "
-                "off, "
-                "which needs no allUsers binding "
-                "(https://cloud.google.com/run/docs/securing/managing-access), "
-                "or " + EXCEPTION.format(c=domains),
-                f"BLOCK org policy {ingress}: refuses all: the front door is reached from the internet on "
-                "its "
-                f"run.app URL (ingress all); fix: {EXCEPTION.format(c=ingress)}",
-            ],
-            "permissions": "BLOCK permissions for front door: 1 missing: run.services.setIamPolicy (let "
-            "anyone call the door, which checks the API key itself); fix: ask a project owner for "
+            f"org policy {invoker}": f"BLOCK org policy {invoker}: enforced: Cloud Run services must keep "
+            "the invoker IAM check, which the front door turns off (OpenAI clients send the API key, not a "
+            "Google identity); fix: set door: false (the server is then reached through an IAP tunnel), "
+            "or " + EXCEPTION.format(c=invoker),
+            f"org policy {ingress}": f"BLOCK org policy {ingress}: refuses all: the front door is reached "
+            "from the internet on its run.app URL (ingress all); "
+            f"fix: {EXCEPTION.format(c=ingress)}",
+            "permissions": "BLOCK permissions for front door: 1 missing: run.services.setIamPolicy (turn "
+            "the invoker check off: the door checks the API key itself); fix: ask a project owner for "
             f"roles/run.admin and roles/iam.serviceAccountUser on acme-llm; yours: {ROLES}",
         },
         blocked(3),

@@ -37,6 +37,7 @@ STACKS = ("dev", "europe-west4", "asia-southeast1")
 # What the mocked pulumi-random hands out as the generated API key.
 MOCK_API_KEY = "k3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3y"
 MOCK_GLOBAL_IP = "203.0.113.80"
+MOCK_PROJECT_NUMBER = "123456789012"
 MOCK_IP = "203.0.113.10"
 COMPUTE = "https://www.googleapis.com/compute/v1"
 # The suffix GCE adds to a template's name prefix (the first template's; each next one counts up).
@@ -59,7 +60,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
         *,
         fail_invokes: bool = False,
         tooling_image: bool = True,
+        kept_networks: Mapping[str, str] | None = None,
     ) -> None:
+        self.kept_networks = dict(kept_networks or {})
         self.resources: list[Resource] = []
         self.calls: list[str] = []
         self.existing_buckets = dict(existing_buckets or {})
@@ -112,6 +115,13 @@ class RecordingMocks(pulumi.runtime.Mocks):
                     f"{COMPUTE}/projects/{GCP_PROJECT}/regions/{inputs['region']}/subnetworks/{inputs['name']}"
                 )
             },
+            # Cloud Run's legacy URL form (https://cloud.google.com/run/docs/triggering/https-request):
+            # the service's `uri` output, which the door's exports use.
+            "gcp:cloudrunv2/service:Service": lambda: {
+                "uri": f"https://{inputs['name']}-a1b2c3d4e5-uc.a.run.app",
+            },
+            # A GCS object's generation: a 16-digit microsecond timestamp (objects resource).
+            "gcp:storage/bucketObject:BucketObject": lambda: {"generation": 1764590400000000},
             "gcp:secretmanager/secret:Secret": lambda: {
                 "name": f"projects/123456789012/secrets/{inputs['secretId']}"
             },
@@ -143,6 +153,25 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 if b.startswith(prefix)
             ]
             return {"buckets": listed, "id": "buckets", "prefix": prefix, "project": args.args.get("project")}
+        if args.token in ("gcp:compute/getNetwork:getNetwork", "gcp:compute/getSubnetwork:getSubnetwork"):
+            # networks.get / subnetworks.get: a resource an earlier deployment kept (description, self
+            # link); anything else is the provider's "not found", which the mocks answer with {}.
+            name = args.args["name"]
+            if name not in self.kept_networks:
+                return {}
+            scope = (
+                "global/networks"
+                if "Network:" in args.token
+                else f"regions/{args.args['region']}/subnetworks"
+            )
+            return {
+                "name": name,
+                "description": self.kept_networks[name],
+                "selfLink": f"{COMPUTE}/projects/{GCP_PROJECT}/{scope}/{name}",
+            }
+        if args.token == "gcp:organizations/getProject:getProject":
+            # projects.get: the number names the deterministic run.app URL and Cloud Run's agent.
+            return {"projectId": args.args.get("projectId"), "number": MOCK_PROJECT_NUMBER, "name": "acme"}
         if args.token == "gcp:compute/getImage:getImage" and self.tooling_image:
             # The family lookup's answer once a bake exists (images.getFromFamily: the newest image).
             family = args.args["family"]
@@ -253,12 +282,15 @@ def deploy(
     foreign_buckets: Mapping[str, Mapping[str, str]] | None = None,
     fail_invokes: bool = False,
     tooling_image: bool = True,
+    kept_networks: Mapping[str, str] | None = None,
 ) -> Deployment:
     """Run ``__main__.py`` for a stack file's config plus ``overrides`` (short keys) under mocks.
 
     ``existing_buckets`` exist in the project with this stack's labels (kept by an earlier
-    deployment); ``foreign_buckets`` with the labels given. ``tooling_image``: the build's tooling
-    family holds an image (every deployment after the first); without one the program bakes it.
+    deployment); ``foreign_buckets`` with the labels given; ``kept_networks``: VPC and subnet names
+    that exist, with their descriptions (a door's network outlives a destroy). ``tooling_image``: the
+    build's tooling family holds an image (every deployment after the first); without one the program
+    bakes it.
     """
     ours = {"app": PROJECT, "stack": f"qwen36-{stack}", "managed-by": "pulumi"}
     buckets = {name: ours for name in existing_buckets} | dict(foreign_buckets or {})
@@ -266,7 +298,9 @@ def deploy(
     config.update({f"{PROJECT}:{k}": v for k, v in (overrides or {}).items()})
     if gcp_project is not None:
         config["gcp:project"] = gcp_project
-    mocks = RecordingMocks(buckets, fail_invokes=fail_invokes, tooling_image=tooling_image)
+    mocks = RecordingMocks(
+        buckets, fail_invokes=fail_invokes, tooling_image=tooling_image, kept_networks=kept_networks
+    )
     monitor = RecordingMonitor(mocks)
     settings.ROOT.set(None)  # a fresh stack resource, so one run's exports never leak into the next
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)

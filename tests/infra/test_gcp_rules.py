@@ -21,9 +21,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "autoscaled": {"minReplicas": 1, "maxReplicas": 4, "sourceRanges": ["198.51.100.7/32"]},
     "fleet-https": {"replicas": 2, "domain": "llm.example.com", "sourceRanges": ["198.51.100.7/32"]},
     "standard": {"provisioningModel": "STANDARD"},
-    "own-ranges": {"sourceRanges": ["198.51.100.7/32"]},
-    "public-opted-in": {"sourceRanges": ["0.0.0.0/0"], "allowPublicInternet": True},
-    "no-api-key": {"apiKey": False},
+    # Without the front door: the VM's own port for the ranges, or an IAP tunnel with no key.
+    "own-ranges": {"door": False, "sourceRanges": ["198.51.100.7/32"]},
+    "public-opted-in": {"door": False, "sourceRanges": ["0.0.0.0/0"], "allowPublicInternet": True},
+    "no-api-key": {"door": False, "apiKey": False},
 }
 
 
@@ -35,7 +36,7 @@ def test_program_passes_every_rule(stack: str, variant: str) -> None:
 
 @pytest.fixture(scope="module")
 def good() -> Deployment:
-    return deploy("dev", {"sourceRanges": ["198.51.100.7/32"]})
+    return deploy("dev", {"door": False, "sourceRanges": ["198.51.100.7/32"]})
 
 
 def _edit(

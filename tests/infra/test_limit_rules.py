@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -23,75 +22,6 @@ STACK_URN = "urn:pulumi:dev::qwen36-mtp-l4::"
 DOOR_SUBNET_CIDR = "10.64.1.0/26"
 DOOR_SA = f"qwen36-dev-door@{GCP_PROJECT}.iam.gserviceaccount.com"
 NETWORK = f"{COMPUTE}/projects/{GCP_PROJECT}/global/networks/qwen36-dev"
-
-
-def door_resources() -> list[Resource]:
-    """The front door as design decision 2 describes it, in pulumi-gcp 10.2.0's input shapes
-    (pulumi_gcp/cloudrunv2/_inputs.py: ServiceTemplateArgs, ServiceTemplateVpcAccessArgs,
-    ServiceTemplateVpcAccessNetworkInterfaceArgs; cloudrunv2/service_iam_member.py): a Cloud Run
-    service with Direct VPC egress from its own subnet, invokable by allUsers (it checks the key),
-    the firewall rule that admits its subnet to 8080, and its dashboard. Stands in until the door lands."""
-    subnet = f"{COMPUTE}/projects/{GCP_PROJECT}/regions/us-central1/subnetworks/qwen36-dev-door"
-    return [
-        Resource(
-            policy.SUBNETWORK,
-            "door-subnet",
-            {
-                "name": "qwen36-dev-door",
-                "region": "us-central1",
-                "network": NETWORK,
-                "ipCidrRange": DOOR_SUBNET_CIDR,
-                "privateIpGoogleAccess": True,
-            },
-        ),
-        Resource(
-            policy.CLOUD_RUN_SERVICE,
-            "door-service",
-            {
-                "name": "qwen36-dev-door",
-                "location": "us-central1",
-                "ingress": "INGRESS_TRAFFIC_ALL",
-                "deletionProtection": False,
-                "labels": {"app": "qwen36-mtp-l4", "stack": "qwen36-dev"},
-                "template": {
-                    "serviceAccount": DOOR_SA,
-                    "timeout": "3600s",
-                    "scaling": {"minInstanceCount": 0, "maxInstanceCount": 4},
-                    "vpcAccess": {
-                        "egress": "PRIVATE_RANGES_ONLY",
-                        "networkInterfaces": [{"network": NETWORK, "subnetwork": subnet}],
-                    },
-                    "containers": [{"image": "us-docker.pkg.dev/acme-llm-test/door/door:1"}],
-                },
-            },
-        ),
-        Resource(
-            "gcp:cloudrunv2/serviceIamMember:ServiceIamMember",
-            "door-invoker",
-            {
-                "location": "us-central1",
-                "name": "qwen36-dev-door",
-                "role": "roles/run.invoker",
-                "member": "allUsers",
-            },
-        ),
-        Resource(
-            policy.FIREWALL,
-            "network-door",
-            {
-                "network": NETWORK,
-                "direction": "INGRESS",
-                "sourceRanges": [DOOR_SUBNET_CIDR],
-                "allows": [{"protocol": "tcp", "ports": ["8080"]}],
-                "targetTags": ["qwen36-dev"],
-            },
-        ),
-        Resource(
-            policy.DASHBOARD,
-            "door-dashboard",
-            {"dashboardJson": json.dumps({"displayName": "qwen36-dev", "mosaicLayout": {"tiles": []}})},
-        ),
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +66,7 @@ def drop(name: str) -> Edit:
 
 def door_cidr(cidr: str) -> Edit:
     """The door's subnet on another range, and the firewall rule that admits it following along."""
-    subnet = edit(policy.SUBNETWORK, setting("ipCidrRange", cidr), "door-subnet")
+    subnet = edit(policy.SUBNETWORK, setting("ipCidrRange", cidr), "network-door-subnet")
     rule = edit(policy.FIREWALL, setting("sourceRanges", [cidr]), "network-door")
     return lambda resources: rule(subnet(resources))
 
@@ -383,7 +313,18 @@ LIMIT_FIXTURES: dict[str, tuple[str, str, Edit]] = {
     "door-invoker-admin": (
         "unauthenticated_only_on_door",
         "door",
-        edit("gcp:cloudrunv2/serviceIamMember:ServiceIamMember", setting("role", "roles/run.admin")),
+        add(
+            Resource(
+                "gcp:cloudrunv2/serviceIamMember:ServiceIamMember",
+                "door-admin-for-all",
+                {
+                    "location": "us-central1",
+                    "name": "qwen36-dev-door",
+                    "role": "roles/run.admin",
+                    "member": "allUsers",
+                },
+            )
+        ),
     ),
     "invoker-check-off-elsewhere": (
         "unauthenticated_only_on_door",
@@ -406,7 +347,7 @@ LIMIT_FIXTURES: dict[str, tuple[str, str, Edit]] = {
     "door-subnet-other-region": (
         "direct_vpc_subnet_fits",
         "door",
-        edit(SUB, setting("region", "us-east1"), "door-subnet"),
+        edit(SUB, setting("region", "us-east1"), "network-door-subnet"),
     ),
     "door-subnet-not-ours": (
         "direct_vpc_subnet_fits",
@@ -453,8 +394,9 @@ LIMIT_FIXTURES: dict[str, tuple[str, str, Edit]] = {
 def _base(which: str, single: Deployment, fleet: Deployment) -> tuple[list[Resource], PolicyContext]:
     if which == "fleet":
         return list(fleet.resources), context(fleet, FLEET_RECIPES["fleet-fixed"])
-    resources = list(single.resources) + (door_resources() if which == "door" else [])
-    return resources, context(single, {})
+    # The single server's dump carries the front door (door: true is the default): "door" names the
+    # fixtures that edit the door's resources.
+    return list(single.resources), context(single, {})
 
 
 @pytest.mark.parametrize("base", ["single", "fleet", "door"])
@@ -566,7 +508,7 @@ def test_refresh_is_needed_only_where_something_else_changes_the_group(
 
 
 def test_a_role_id_from_a_random_resource_passes(single: Deployment) -> None:
-    (role,) = _random_role_id([r for r in single.resources if r.type == policy.CUSTOM_ROLE])
+    (role,) = _random_role_id([r for r in single.resources if r.name == "autostop-role"])
     assert list(policy.custom_role_id_not_fixed(role, PolicyContext())) == []
     # A dependency on something that is not random (the project's services) is still a fixed id.
     fixed = dataclasses.replace(

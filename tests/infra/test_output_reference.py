@@ -14,9 +14,10 @@ from infra.output_reference import OUTPUTS, When
 RANGES = ["203.0.113.0/24"]
 MODES: dict[str, dict[str, Any]] = {
     "single server": {},
-    "single server, open range": {"sourceRanges": ["203.0.113.7/32"]},
+    "single server, no door": {"door": False},
+    "single server, open range": {"door": False, "sourceRanges": ["203.0.113.7/32"]},
     "single server, autostop off": {"idleStopMinutes": 0},
-    "single server, no key": {"apiKey": False},
+    "single server, no key": {"door": False, "apiKey": False},
     "fixed fleet": {"replicas": 3, "sourceRanges": RANGES},
     "autoscaled fleet with a domain": {
         "minReplicas": 1,
@@ -32,6 +33,8 @@ def _expected(overrides: dict[str, Any]) -> set[str]:
     modes: set[When] = {"always"}
     if cfg.autostop_minutes:
         modes.add("autostop")
+    if cfg.front_door:
+        modes.add("door")
     if cfg.fleet:
         modes.add("fleet")
     return {key for group in OUTPUTS for key in group.keys if group.when in modes}

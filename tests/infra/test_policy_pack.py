@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pulumi
 import pytest
 from policy_cases import FLEET_RECIPES, PENDING_ON_MAIN, dumps
 from program_mocks import (
@@ -24,7 +25,7 @@ from program_mocks import (
     stack_config,
 )
 from test_gcp_rules import BAD_FIXTURES, FLEET_BAD_FIXTURES, _edit
-from test_limit_rules import LIMIT_FIXTURES, _base, door_resources
+from test_limit_rules import LIMIT_FIXTURES, _base
 
 from infra import policy
 from infra.policy import Resource
@@ -45,11 +46,18 @@ PASSWORD = "random:index/randomPassword:RandomPassword"
 COMPUTED = {PASSWORD: {"result": MOCK_API_KEY}, "gcp:compute/address:Address": {"address": MOCK_IP}}
 
 
+def _asset(value: Any) -> dict[str, str]:
+    if isinstance(value, pulumi.FileAsset):
+        return {"path": str(value.path)}
+    raise TypeError(f"{type(value).__name__} is not a wire value")
+
+
 def _wire(resources: list[Resource]) -> list[dict[str, Any]]:
     """The resources as the engine sends them to the pack, with the computed outputs above."""
     wired = []
     for r in resources:
-        props = dict(r.inputs) | COMPUTED.get(r.type, {})
+        # An asset reaches a policy as the engine serializes it (its path and hash), not as an object.
+        props = json.loads(json.dumps(dict(r.inputs) | COMPUTED.get(r.type, {}), default=_asset))
         wired.append(
             {
                 "type": r.type,
@@ -137,25 +145,15 @@ def test_the_pack_agrees_with_the_rules_on_every_dump(
         assert _rules(over_dumps[name]) == direct, name
 
 
-def test_which_pending_rules_fail_where(over_dumps: dict[str, Any]) -> None:
+def test_the_pack_passes_every_dump_of_the_program(over_dumps: dict[str, Any]) -> None:
+    """Every stack file, the first deployment of a build and the fleet recipes: no rule fires."""
     fired = {name: _rules(outcome) for name, outcome in over_dumps.items()}
-    single = {
-        "alternate_zone_repair_supported",
-        "iam_conditions_on_supported_types",
-        "custom_role_id_not_fixed",
-        "refresh_before_update",
-    }
-    for stack in ("dev", "europe-west4", "asia-southeast1"):
-        assert fired[stack] == single, stack
-    assert fired["dev-first-bake"] == single | {"no_out_of_band_template_switch"}
-    assert fired["fleet-fixed"] == set()
-    assert fired["fleet-https"] == set()
-    assert fired["fleet-autoscaled"] == {"refresh_before_update"}
+    assert fired == {name: set() for name in fired}
 
 
 def _fixture_cases(good: Deployment, single: Deployment, fleet: Deployment) -> dict[str, dict[str, Any]]:
     cases: dict[str, dict[str, Any]] = {}
-    ranges = {"sourceRanges": ["198.51.100.7/32"]}
+    ranges = {"door": False, "sourceRanges": ["198.51.100.7/32"]}
     for fixture, (rule, token, name, change) in BAD_FIXTURES.items():
         extra = [] if rule != "autoscaler_needs_even_or_balanced" else [AUTOSCALER]
         cases[f"bad:{fixture}"] = {
@@ -203,7 +201,7 @@ AUTOSCALER = Resource(
 
 
 def test_each_rule_fails_on_its_bad_fixture_through_the_pack() -> None:
-    good = deploy("dev", {"sourceRanges": ["198.51.100.7/32"]})
+    good = deploy("dev", {"door": False, "sourceRanges": ["198.51.100.7/32"]})
     single, fleet = deploy("dev"), deploy("dev", FLEET_RECIPES["fleet-fixed"])
     cases = _fixture_cases(good, single, fleet)
     outcomes = run_pack(
@@ -222,8 +220,10 @@ def test_each_rule_fails_on_its_bad_fixture_through_the_pack() -> None:
             outcomes[name]["violations"],
         )
         shown.add(case["rule"])
-    # The pending rules fail through the pack on main itself (test_which_pending_rules_fail_where).
+    # refresh_before_update reads Pulumi.yaml, the same file for every case here: it is shown failing
+    # on a context without the option (tests/infra/test_limit_rules.py).
     assert shown | set(PENDING_ON_MAIN) >= {r.__name__ for r in (*policy.RULES, *policy.PROGRAM_RULES)} - {
+        "refresh_before_update",
         "no_default_network",
         "no_ssh_from_anywhere",
         "secure_boot_on",
@@ -239,7 +239,7 @@ def test_a_preview_unknown_is_not_judged_and_a_known_breach_still_stops_it() -> 
     from pulumi_policy_sentinels import UNKNOWN
 
     d = deploy("dev")
-    wired = _wire(list(d.resources) + door_resources())
+    wired = _wire(list(d.resources))  # the default program carries the door
     for r in wired:
         if r["type"] == policy.TEMPLATE:
             r["props"]["serviceAccount"]["email"] = UNKNOWN

@@ -45,8 +45,10 @@ IAP_RANGE = "35.235.240.0/20"
 NO_KEY = "qwen36-mtp-l4:apiKey"
 
 
-def sa_email(d: Deployment) -> str:
-    return f"{d.one(ACCOUNT).inputs['accountId']}@{GCP_PROJECT}.iam.gserviceaccount.com"
+def sa_email(d: Deployment, account: str = "identity-sa") -> str:
+    """The email of one of the program's service accounts (the VM's by default; the door's is door-sa)."""
+    (found,) = [r for r in d.of_type(ACCOUNT) if r.name == account]
+    return f"{found.inputs['accountId']}@{GCP_PROJECT}.iam.gserviceaccount.com"
 
 
 def test_every_stack_file_is_a_valid_config_in_its_own_region(stack: str) -> None:
@@ -67,6 +69,8 @@ def test_components_own_their_children(deployed: Deployment) -> None:
         "server": "qwen36:infra:ServerGroup",
         "health": "qwen36:infra:HealthGate",
         "autostop": "qwen36:infra:Autostop",
+        "door": "qwen36:infra:FrontDoor",
+        "dashboard": "qwen36:infra:Dashboard",
     }
     urns = {name: deployed.registrations[name].urn for name in components}
     for resource in deployed.resources:
@@ -87,6 +91,8 @@ def test_apis_enabled_and_left_on(deployed: Deployment) -> None:
         "cloudresourcemanager.googleapis.com",
         "monitoring.googleapis.com",
         "logging.googleapis.com",
+        # The front door on Cloud Run; its source deploy builds nothing (no Cloud Build, no Registry).
+        "run.googleapis.com",
     }
     assert all(s.inputs["disableOnDestroy"] is False and s.inputs["project"] == GCP_PROJECT for s in services)
 
@@ -100,12 +106,15 @@ SERVING_API = {
     "gcp:serviceaccount/": "iam.googleapis.com",
     "gcp:projects/iAMMember:": "cloudresourcemanager.googleapis.com",
     "gcp:projects/iAMCustomRole:": "iam.googleapis.com",
+    "gcp:cloudrunv2/": "run.googleapis.com",
+    "gcp:monitoring/": "monitoring.googleapis.com",
 }
 
 
 def test_every_resource_has_its_api_enabled(deployed: Deployment) -> None:
     enabled = {s.inputs["service"] for s in deployed.of_type(SERVICE)}
     gcp_types = {r.type for r in deployed.resources if r.type.startswith("gcp:") and r.type != SERVICE}
+    gcp_types.discard("gcp:organizations/getProject:getProject")
     for token in gcp_types:
         api = next((a for prefix, a in SERVING_API.items() if token.startswith(prefix)), None)
         assert api is not None, f"no serving API known for {token}: add it to SERVING_API"
@@ -115,7 +124,9 @@ def test_every_resource_has_its_api_enabled(deployed: Deployment) -> None:
 def test_network_is_our_own_vpc_with_a_private_google_access_subnet(deployed: Deployment, stack: str) -> None:
     cfg = parse_config(stack_config(stack))
     vpc = deployed.one(NETWORK).inputs
-    subnet = deployed.one(SUBNETWORK).inputs
+    subnets = {r.name: r.inputs for r in deployed.of_type(SUBNETWORK)}
+    assert set(subnets) == {"network-subnet", "network-door-subnet"}
+    subnet = subnets["network-subnet"]
     assert vpc["name"] == f"qwen36-{stack}" and vpc["autoCreateSubnetworks"] is False
     assert subnet["region"] == cfg.region and subnet["privateIpGoogleAccess"] is True
     vpc_link = f"{COMPUTE}/projects/{GCP_PROJECT}/global/networks/qwen36-{stack}"
@@ -125,10 +136,14 @@ def test_network_is_our_own_vpc_with_a_private_google_access_subnet(deployed: De
     assert all(r.inputs["network"] == vpc_link for r in deployed.of_type(FIREWALL))
 
 
-def test_network_without_ranges_opens_only_iap_and_health_checks(deployed: Deployment) -> None:
+def test_the_servers_port_admits_only_the_door_iap_and_health_checks(deployed: Deployment) -> None:
     rules = {r.name: r.inputs for r in deployed.of_type(FIREWALL)}
-    assert set(rules) == {"network-iap", "network-health-checks"}
+    assert set(rules) == {"network-iap", "network-health-checks", "network-door"}
     vm = deployed.one(TEMPLATE).inputs
+    door_subnet = next(r.inputs for r in deployed.of_type(SUBNETWORK) if r.name == "network-door-subnet")
+    # Direct VPC egress is admitted by its subnet's range: ingress rules cannot name Cloud Run by tag.
+    assert rules["network-door"]["sourceRanges"] == [door_subnet["ipCidrRange"]] == ["10.64.1.0/26"]
+    assert rules["network-door"]["allows"] == [{"protocol": "tcp", "ports": ["8080"]}]
     iap, probes = rules["network-iap"], rules["network-health-checks"]
     assert iap["sourceRanges"] == [IAP_RANGE]
     assert iap["allows"] == [{"protocol": "tcp", "ports": ["22", "8080"]}]
@@ -140,7 +155,7 @@ def test_network_without_ranges_opens_only_iap_and_health_checks(deployed: Deplo
 
 
 def test_network_with_ranges_opens_8080_to_them_only(stack: str) -> None:
-    d = deploy(stack, {"sourceRanges": ["198.51.100.7/32", "203.0.113.0/24"]})
+    d = deploy(stack, {"door": False, "sourceRanges": ["198.51.100.7/32", "203.0.113.0/24"]})
     rules = {r.name: r.inputs for r in d.of_type(FIREWALL)}
     assert set(rules) == {"network-server", "network-iap", "network-health-checks"}
     public = rules["network-server"]
@@ -205,7 +220,9 @@ def test_identity_is_dedicated_and_least_privilege(deployed: Deployment) -> None
     member = f"serviceAccount:{sa_email(deployed)}"
     bucket_name = deployed.outputs["modelBucket"]
     bucket_grants = {
-        (b.inputs["bucket"], b.inputs["role"], b.inputs["member"]) for b in deployed.of_type(BUCKET_IAM)
+        (b.inputs["bucket"], b.inputs["role"], b.inputs["member"])
+        for b in deployed.of_type(BUCKET_IAM)
+        if b.name.startswith("identity-")
     }
     assert bucket_grants == {
         (bucket_name, "roles/storage.objectViewer", member),
@@ -218,6 +235,14 @@ def test_identity_is_dedicated_and_least_privilege(deployed: Deployment) -> None
         for b in deployed.of_type(BUCKET_IAM)
         if b.inputs["role"] == "roles/storage.objectUser"
     }
+    # Cloud Run's service agent reads the door's source archives there, and nothing else.
+    (source_read,) = [b.inputs for b in deployed.of_type(BUCKET_IAM) if b.name == "door-source-read"]
+    assert source_read["member"] == (
+        "serviceAccount:service-123456789012@serverless-robot-prod.iam.gserviceaccount.com"
+    )
+    assert source_read["condition"]["expression"] == (
+        f'resource.name.startsWith("projects/_/buckets/{bucket_name}/objects/door/")'
+    )
     model = (
         f"projects/_/buckets/{bucket_name}/objects/"
         "models/unsloth/Qwen3.6-35B-A3B-MTP-GGUF/Qwen3.6-35B-A3B-UD-Q4_K_XL.gguf"
@@ -229,23 +254,38 @@ def test_identity_is_dedicated_and_least_privilege(deployed: Deployment) -> None
             f'|| resource.name.startsWith("{model}.verdict.json.tmp-")'
         ),
     }
-    (reader,) = [b for b in deployed.of_type(BUCKET_IAM) if b.inputs["role"] == "roles/storage.objectViewer"]
+    (reader,) = [b for b in deployed.of_type(BUCKET_IAM) if b.name == "identity-bucket-objectviewer"]
     assert "condition" not in reader.inputs
     project_grants = {
         (p.inputs["project"], p.inputs["role"], p.inputs["member"]) for p in deployed.of_type(PROJECT_IAM)
     }
-    (custom_role,) = deployed.of_type(CUSTOM_ROLE)
-    autostop_role = f"projects/{GCP_PROJECT}/roles/{custom_role.inputs['roleId']}"
-    assert custom_role.inputs["roleId"].startswith(
-        deployed.outputs["groupName"].replace("-", "_") + "_group_"
-    )
+    roles = {r.name: r.inputs for r in deployed.of_type(CUSTOM_ROLE)}
+    group_role = f"projects/{GCP_PROJECT}/roles/{roles['autostop-role']['roleId']}"
+    read_role = f"projects/{GCP_PROJECT}/roles/{roles['autostop-read-role']['roleId']}"
+    stem = deployed.outputs["groupName"].replace("-", "_")
+    assert roles["autostop-role"]["roleId"].startswith(f"{stem}_group_")
+    assert sorted(roles["autostop-role"]["permissions"]) == [
+        "compute.instanceGroupManagers.get",
+        "compute.instanceGroupManagers.update",
+    ]
+    assert roles["autostop-read-role"]["permissions"] == ["compute.instances.get"]
+    door = f"serviceAccount:{sa_email(deployed, 'door-sa')}"
+    # The VM holds no Compute permission at all: the door alone may read and resize the group.
     assert project_grants == {
         (GCP_PROJECT, "roles/logging.logWriter", member),
         (GCP_PROJECT, "roles/monitoring.metricWriter", member),
-        (GCP_PROJECT, autostop_role, member),
+        (GCP_PROJECT, "roles/monitoring.metricWriter", door),
+        (GCP_PROJECT, group_role, door),
+        (GCP_PROJECT, read_role, door),
     }
-    # No project grant carries a condition: IAM evaluates none on instance group managers.
-    assert not [p.inputs for p in deployed.of_type(PROJECT_IAM) if p.inputs.get("condition")]
+    # The only conditional project grant: the door reads this group's members and no other VM.
+    (conditional,) = [p.inputs for p in deployed.of_type(PROJECT_IAM) if p.inputs.get("condition")]
+    assert conditional["role"] == read_role
+    group = deployed.outputs["groupName"]
+    assert conditional["condition"]["expression"] == (
+        'resource.type == "compute.googleapis.com/Instance" && '
+        f'resource.name.extract("/instances/{{name}}").startsWith("{group}-")'
+    )
     vm = deployed.one(TEMPLATE).inputs
     assert vm["serviceAccount"] == {
         "email": sa_email(deployed),
@@ -256,7 +296,9 @@ def test_identity_is_dedicated_and_least_privilege(deployed: Deployment) -> None
 def test_without_self_staging_the_vm_only_reads_the_bucket_and_writes_the_verdict() -> None:
     d = deploy("dev", {"selfStageModel": False})
     grants = [
-        (b.inputs["role"], (b.inputs.get("condition") or {}).get("title")) for b in d.of_type(BUCKET_IAM)
+        (b.inputs["role"], (b.inputs.get("condition") or {}).get("title"))
+        for b in d.of_type(BUCKET_IAM)
+        if b.name.startswith("identity-")
     ]
     assert grants == [
         ("roles/storage.objectViewer", None),
@@ -264,17 +306,21 @@ def test_without_self_staging_the_vm_only_reads_the_bucket_and_writes_the_verdic
     ]
 
 
-def test_api_key_generated_stored_and_readable_by_the_server_only(deployed: Deployment) -> None:
+def test_api_key_generated_stored_and_readable_by_the_server_and_the_door_only(deployed: Deployment) -> None:
     password = deployed.one(PASSWORD).inputs
     assert password["length"] == 48 and password["special"] is False
     secret = deployed.one(SECRET).inputs
     assert secret["replication"] == {"auto": {}}
     version = deployed.one(SECRET_VERSION).inputs
     assert secret_value(version["secretData"]) == MOCK_API_KEY  # and kept secret in the state
-    (grant,) = deployed.of_type(SECRET_IAM)
-    assert grant.inputs["role"] == "roles/secretmanager.secretAccessor"
-    assert grant.inputs["member"] == f"serviceAccount:{sa_email(deployed)}"
-    assert grant.inputs["secretId"] == secret["secretId"]
+    grants = {r.name: r.inputs for r in deployed.of_type(SECRET_IAM)}
+    assert {g["member"] for g in grants.values()} == {
+        f"serviceAccount:{sa_email(deployed)}",
+        f"serviceAccount:{sa_email(deployed, 'door-sa')}",
+    }
+    for grant in grants.values():
+        assert grant["role"] == "roles/secretmanager.secretAccessor"
+        assert grant["secretId"] == secret["secretId"]
     assert deployed.outputs["apiKey"] == MOCK_API_KEY
     assert "apiKey" in deployed.secret_outputs
     # The VM waits for the stored key (and its grant) before its boot script asks for it.
@@ -284,7 +330,7 @@ def test_api_key_generated_stored_and_readable_by_the_server_only(deployed: Depl
 
 
 def test_api_key_off_creates_no_key() -> None:
-    d = deploy("dev", {"apiKey": False})
+    d = deploy("dev", {"apiKey": False, "door": False})
     assert not d.of_type(PASSWORD) and not d.of_type(SECRET) and not d.of_type(SECRET_IAM)
     assert d.outputs["apiKey"] is None
 
@@ -431,6 +477,7 @@ def test_startup_script_is_rendered_for_the_real_bucket_and_secret(deployed: Dep
         bucket=deployed.outputs["modelBucket"],
         api_key_secret=deployed.one(SECRET).inputs["secretId"],
         project=GCP_PROJECT,
+        door_url=f"https://qwen36-{stack}-door-123456789012.{cfg.region}.run.app",
     )
     assert script == expected
     assert MOCK_API_KEY not in script
@@ -447,15 +494,17 @@ def test_exports_private_by_default(deployed: Deployment, stack: str) -> None:
     name = out["groupName"]
     assert name == deployed.one(GROUP).inputs["name"] == f"qwen36-{stack}"
     assert (out["region"], out["zones"]) == (cfg.region, cfg.zones)
-    assert out["webUiUrl"] == "http://localhost:8080/"
-    assert out["apiBaseUrl"] == "http://localhost:8080/v1"
+    # The door is the endpoint (its service's uri); llama-server's metrics only through the tunnel.
+    door = f"https://qwen36-{stack}-door-a1b2c3d4e5-uc.a.run.app"
+    assert out["webUiUrl"] == f"{door}/"
+    assert out["apiBaseUrl"] == f"{door}/v1"
     assert out["metricsUrl"] == "http://localhost:8080/metrics"
     assert out["modelGcsUri"] == f"gs://{out['modelBucket']}/{model_object_name(cfg)}"
     assert out["modelBucket"] == model_bucket_name(GCP_PROJECT, name, cfg.region)
     # Members change name and zone: the commands find the current one through the group.
     where = f"--project={GCP_PROJECT} --region={cfg.region} --group={name}"
     assert out["iapTunnel"] == f"qwen36 tunnel {where}"
-    assert out["iapTunnel"] in out["access"] and "Identity-Aware Proxy" in out["access"]
+    assert out["iapTunnel"] in out["access"] and door in out["access"]
     assert out["logsSerial"] == f"qwen36 logs --serial {where}"
     assert out["logsContainer"] == f"qwen36 logs {where}"
     assert out["sshIap"] == f"qwen36 ssh {where}"
@@ -472,7 +521,7 @@ def test_exports_private_by_default(deployed: Deployment, stack: str) -> None:
 
 
 def test_an_open_range_names_the_members_changing_address_and_the_tunnel() -> None:
-    out = deploy("europe-west4", {"sourceRanges": ["198.51.100.7/32"]}).outputs
+    out = deploy("europe-west4", {"door": False, "sourceRanges": ["198.51.100.7/32"]}).outputs
     assert out["apiBaseUrl"] == "http://localhost:8080/v1"
     assert "198.51.100.7/32" in out["access"] and "changes with every repair" in out["access"]
     assert out["iapTunnel"] in out["access"]
@@ -523,8 +572,8 @@ def test_every_cloud_resource_waits_for_the_apis(deployed: Deployment) -> None:
 
 
 def test_startup_script_without_api_key_has_no_secret_to_fetch() -> None:
-    d = deploy("dev", {"apiKey": False})
-    cfg = parse_config({**stack_config("dev"), NO_KEY: False})
+    d = deploy("dev", {"apiKey": False, "door": False})
+    cfg = parse_config({**stack_config("dev"), NO_KEY: False, "qwen36-mtp-l4:door": False})
     script = d.one(TEMPLATE).inputs["metadata"]["startup-script"]
     assert script == render_boot_script(
         cfg, bucket=d.outputs["modelBucket"], api_key_secret=None, project=GCP_PROJECT

@@ -17,8 +17,14 @@ from infra.required_permissions import CONDITIONS, GROUPS, applicable, required
 STACKS: dict[str, tuple[dict[str, Any], bool]] = {
     "single server, later deploy": ({}, True),
     "single server, first deploy (bakes)": ({}, False),
-    "no key, bucket destroyed, no autostop": (
-        {"apiKey": False, "keepModelBucket": False, "selfStageModel": False, "idleStopMinutes": 0},
+    "no door, no key, bucket destroyed, no autostop": (
+        {
+            "door": False,
+            "apiKey": False,
+            "keepModelBucket": False,
+            "selfStageModel": False,
+            "idleStopMinutes": 0,
+        },
         True,
     ),
     "fixed fleet over HTTP": (

@@ -82,7 +82,7 @@ def test_invalid_value_names_key_value_and_what_is_allowed(case: str, as_cli_pas
 @pytest.mark.parametrize(
     "overrides",
     [
-        {"sourceRanges": ["0.0.0.0/0"], "allowPublicInternet": True},
+        {"door": False, "sourceRanges": ["0.0.0.0/0"], "allowPublicInternet": True},
         {"threads": 8, "provisioningModel": "STANDARD", "bootDiskType": "pd-balanced"},
         {"machineType": "g2-standard-16", "threads": 16, "tools": ["read_file"]},
         {"region": "asia-southeast1", "zones": ["asia-southeast1-b"], "specDraftPMin": 0.5},
@@ -222,3 +222,24 @@ def test_loader_on_plausible_values_accepts_or_raises_config_error(
         assert all(zone.startswith(f"{cfg.region}-") for zone in cfg.zones)
         assert cfg.replicas >= 1 and cfg.min_boot_disk_gb <= cfg.boot_disk_size_gb
         assert "0.0.0.0/0" not in cfg.source_ranges or cfg.allow_public_internet
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "says"),
+    [
+        ({"apiKey": False}, "apiKey", "checks the API key"),
+        ({"sourceRanges": ["198.51.100.7/32"]}, "sourceRanges", "opens no port on the VM"),
+    ],
+)
+def test_the_front_door_needs_the_key_and_opens_no_range(
+    overrides: dict[str, Any], key: str, says: str
+) -> None:
+    """The door is an endpoint on the internet whose only lock is the key; with it, sourceRanges would
+    open nothing (the VM's port admits the door's subnet only), so both are refused, naming door: false."""
+    with pytest.raises(ConfigError) as err:
+        parse_config({f"{PROJECT}:{k}": v for k, v in overrides.items()})
+    assert err.value.key == f"{PROJECT}:{key}"
+    assert says in str(err.value) and "door: false" in str(err.value)
+    assert isinstance(
+        parse_config({f"{PROJECT}:{k}": v for k, v in {**overrides, "door": False}.items()}), StackConfig
+    )

@@ -1,0 +1,170 @@
+"""The front door's resources under Pulumi's mocks: its Cloud Run service and what it runs, its
+account and exactly its grants, the path to the server over the VPC, the network kept across a
+destroy, the boot script's stop URL, and the dashboard. The service's environment is checked against
+the door's own reader (door/config.py), so the contract between infra and the door cannot drift."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from program_mocks import COMPUTE, GCP_PROJECT, MOCK_API_KEY, Deployment, deploy
+
+from door import config as door_config
+from infra import boot_protocol, door_archive
+from infra.door import BASE_IMAGE, metric_types, wake_bound_s
+from infra.network import NETWORK_DESCRIPTION
+
+RUN = "gcp:cloudrunv2/service:Service"
+OBJECT = "gcp:storage/bucketObject:BucketObject"
+DASHBOARD = "gcp:monitoring/dashboard:Dashboard"
+SUBNETWORK = "gcp:compute/subnetwork:Subnetwork"
+NETWORK = "gcp:compute/network:Network"
+PROJECT_IAM = "gcp:projects/iAMMember:IAMMember"
+SECRET_IAM = "gcp:secretmanager/secretIamMember:SecretIamMember"
+DOOR_EMAIL = f"qwen36-dev-door@{GCP_PROJECT}.iam.gserviceaccount.com"
+VM_EMAIL = f"qwen36-dev@{GCP_PROJECT}.iam.gserviceaccount.com"
+STOP_URL = "https://qwen36-dev-door-123456789012.us-central1.run.app"
+
+
+@pytest.fixture(scope="module")
+def d() -> Deployment:
+    return deploy("dev")
+
+
+def _service(d: Deployment) -> dict[str, Any]:
+    return dict(d.one(RUN).inputs)
+
+
+def test_the_service_runs_the_archive_on_googles_python_without_a_build(d: Deployment) -> None:
+    service = _service(d)
+    assert service["name"] == "qwen36-dev-door" and service["location"] == "us-central1"
+    (container,) = service["template"]["containers"]
+    assert container["image"] == "scratch"
+    assert container["baseImageUri"] == BASE_IMAGE.format(region="us-central1")
+    assert (container["commands"], container["args"]) == (["python3"], ["main.py"])
+    source = container["sourceCode"]["cloudStorageSource"]
+    archive = door_archive.build()
+    obj = d.one(OBJECT).inputs
+    # The object is named by the archive's bytes: an unchanged door redeploys nothing.
+    assert obj["name"] == source["object"] == f"door/{archive.name}"
+    assert source["bucket"] == obj["bucket"] == d.outputs["modelBucket"]
+    assert source["generation"] == "1764590400000000"
+    assert container["startupProbe"]["httpGet"]["path"] == "/health"
+    assert container["resources"]["cpuIdle"] is True
+
+
+def test_anyone_with_the_key_may_call_it_and_it_scales_to_zero(d: Deployment) -> None:
+    service = _service(d)
+    # No allUsers binding (domain-restricted sharing refuses one); the door checks the key itself.
+    assert service["invokerIamDisabled"] is True and service["ingress"] == "INGRESS_TRAFFIC_ALL"
+    assert not d.of_type("gcp:cloudrunv2/serviceIamMember:ServiceIamMember")
+    scaling = service["template"]["scaling"]
+    assert (scaling["minInstanceCount"], scaling["maxInstanceCount"]) == (0, 1)
+    assert service["template"]["timeout"] == "3600s" and service["deletionProtection"] is False
+
+
+def test_the_environment_is_what_the_door_reads(d: Deployment) -> None:
+    envs = _service(d)["template"]["containers"][0]["envs"]
+    plain = {e["name"]: e["value"] for e in envs if "value" in e}
+    (key,) = [e for e in envs if "valueSource" in e]
+    # The key as a Secret Manager reference, never a value in the service's spec.
+    assert key["name"] == "QWEN36_DOOR_API_KEY"
+    assert key["valueSource"]["secretKeyRef"] == {"secret": "qwen36-dev-api-key", "version": "latest"}
+    assert MOCK_API_KEY not in json.dumps(envs)
+    settings = door_config.from_env({**plain, "QWEN36_DOOR_API_KEY": MOCK_API_KEY})
+    assert (settings.project, settings.region, settings.group) == (GCP_PROJECT, "us-central1", "qwen36-dev")
+    assert settings.upstream_port == 8080 and settings.model_alias == "Qwen3.6-35B-A3B-Q4KXL-MTP"
+    assert settings.stop_audiences == (STOP_URL,) and settings.stop_service_account == VM_EMAIL
+    assert settings.wake_bound_s == 360 == wake_bound_s(120)
+    # Every variable infra sets is one the door reads (a renamed one would silently do nothing).
+    source = (door_archive.DOOR_DIR / "config.py").read_text()
+    for name in plain:
+        assert f'"{name.removeprefix(door_config.PREFIX)}"' in source, name
+
+
+def test_its_account_holds_exactly_what_the_door_needs(d: Deployment) -> None:
+    member = f"serviceAccount:{DOOR_EMAIL}"
+    assert _service(d)["template"]["serviceAccount"] == DOOR_EMAIL
+    grants = {
+        (r.inputs["role"], bool(r.inputs.get("condition")))
+        for r in d.of_type(PROJECT_IAM)
+        if r.inputs["member"] == member
+    }
+    roles = {r.name: r.inputs for r in d.of_type("gcp:projects/iAMCustomRole:IAMCustomRole")}
+    group_role = f"projects/{GCP_PROJECT}/roles/{roles['autostop-role']['roleId']}"
+    read_role = f"projects/{GCP_PROJECT}/roles/{roles['autostop-read-role']['roleId']}"
+    assert grants == {
+        ("roles/monitoring.metricWriter", False),
+        (group_role, False),  # IAM cannot scope a grant to one instance group manager
+        (read_role, True),  # instances can be: this group's members only
+    }
+    secrets = [r.inputs for r in d.of_type(SECRET_IAM) if r.inputs["member"] == member]
+    assert [s["role"] for s in secrets] == ["roles/secretmanager.secretAccessor"]
+    # The VM holds nothing of the group's: the door alone may wake and stop it.
+    vm = {
+        r.inputs["role"] for r in d.of_type(PROJECT_IAM) if r.inputs["member"] == f"serviceAccount:{VM_EMAIL}"
+    }
+    assert vm == {"roles/logging.logWriter", "roles/monitoring.metricWriter"}
+
+
+def test_the_door_reaches_the_server_over_the_vpc_from_its_own_subnet(d: Deployment) -> None:
+    vpc = _service(d)["template"]["vpcAccess"]
+    assert vpc["egress"] == "PRIVATE_RANGES_ONLY"
+    (nic,) = vpc["networkInterfaces"]
+    subnets = {r.name: r.inputs for r in d.of_type(SUBNETWORK)}
+    door_subnet = subnets["network-door-subnet"]
+    assert nic["subnetwork"].endswith(f"/subnetworks/{door_subnet['name']}")
+    assert nic["network"] == f"{COMPUTE}/projects/{GCP_PROJECT}/global/networks/qwen36-dev"
+    assert door_subnet["ipCidrRange"] == "10.64.1.0/26" and door_subnet["region"] == "us-central1"
+
+
+def test_the_vpc_and_the_door_subnet_outlive_destroy_and_are_adopted(d: Deployment) -> None:
+    """Cloud Run holds a Direct VPC egress subnet 1-2 h after its service is gone, so both stay."""
+    assert d.registrations["network-vpc"].retain_on_delete is True
+    assert d.registrations["network-door-subnet"].retain_on_delete is True
+    assert d.registrations["network-subnet"].retain_on_delete is False
+    assert d.registrations["network-vpc"].import_id == "" == d.registrations["network-door-subnet"].import_id
+    kept = deploy(
+        "dev",
+        kept_networks={"qwen36-dev": NETWORK_DESCRIPTION, "qwen36-dev-door-us-central1": "the door's"},
+    )
+    assert kept.registrations["network-vpc"].import_id == f"projects/{GCP_PROJECT}/global/networks/qwen36-dev"
+    assert kept.registrations["network-door-subnet"].import_id == (
+        f"projects/{GCP_PROJECT}/regions/us-central1/subnetworks/qwen36-dev-door-us-central1"
+    )
+
+
+def test_a_vpc_of_our_name_that_is_not_ours_is_refused() -> None:
+    with pytest.raises(Exception, match=r"a VPC named qwen36-dev already exists .* is not this stack.s"):
+        deploy("dev", kept_networks={"qwen36-dev": "someone else's network"})
+
+
+def test_without_a_door_nothing_of_it_exists_and_the_network_goes_with_destroy() -> None:
+    d = deploy("dev", {"door": False})
+    assert not d.of_type(RUN) and not d.of_type(OBJECT) and not d.of_type(DASHBOARD)
+    assert {r.name for r in d.of_type(SUBNETWORK)} == {"network-subnet"}
+    assert d.registrations["network-vpc"].retain_on_delete is False
+    assert "dashboardUrl" not in d.outputs
+
+
+def test_the_boot_script_asks_the_door_for_the_idle_stop(d: Deployment) -> None:
+    script = d.one("gcp:compute/regionInstanceTemplate:RegionInstanceTemplate").inputs["metadata"][
+        "startup-script"
+    ]
+    assert f"IDLE_STOP_DOOR_URL='{STOP_URL}'" in script
+    bare = deploy("dev", {"door": False}).one("gcp:compute/regionInstanceTemplate:RegionInstanceTemplate")
+    assert "IDLE_STOP_DOOR_URL=''" in bare.inputs["metadata"]["startup-script"]
+
+
+def test_the_dashboard_shows_every_door_metric_beside_the_servers_own(d: Deployment) -> None:
+    board = json.loads(d.one(DASHBOARD).inputs["dashboardJson"])
+    assert board["displayName"] == "qwen36-dev: front door and server"
+    text = json.dumps(board)
+    shown = set(metric_types()) - {"custom.googleapis.com/qwen36/door/tokens_in"}  # shown with tokens_out
+    for metric in (*shown, boot_protocol.ACCEPTANCE_METRIC_TYPE, boot_protocol.DECODE_RATE_METRIC_TYPE):
+        assert metric in text, metric
+    assert "custom.googleapis.com/qwen36/door/tokens_in" in text
+    assert 'instance_name=~\\"qwen36-dev-.*\\"' in text  # the spend: this group's members only
+    assert d.outputs["dashboardUrl"].startswith("https://console.cloud.google.com/monitoring/dashboards/")
