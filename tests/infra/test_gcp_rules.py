@@ -22,7 +22,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "standard": {"provisioningModel": "STANDARD"},
     "own-ranges": {"sourceRanges": ["198.51.100.7/32"]},
     "public-opted-in": {"sourceRanges": ["0.0.0.0/0"], "allowPublicInternet": True},
-    "no-api-key": {"apiKey": False},
+    "no-api-key": {"apiKey": False, "door": False},
 }
 
 

@@ -263,7 +263,7 @@ def test_api_key_generated_stored_and_readable_by_the_server_only(deployed: Depl
 
 
 def test_api_key_off_creates_no_key() -> None:
-    d = deploy("dev", {"apiKey": False})
+    d = deploy("dev", {"apiKey": False, "door": False})
     assert not d.of_type(PASSWORD) and not d.of_type(SECRET) and not d.of_type(SECRET_IAM)
     assert d.outputs["apiKey"] is None
 
@@ -499,8 +499,8 @@ def test_every_cloud_resource_waits_for_the_apis(deployed: Deployment) -> None:
 
 
 def test_startup_script_without_api_key_has_no_secret_to_fetch() -> None:
-    d = deploy("dev", {"apiKey": False})
-    cfg = parse_config({**stack_config("dev"), NO_KEY: False})
+    d = deploy("dev", {"apiKey": False, "door": False})
+    cfg = parse_config({**stack_config("dev"), NO_KEY: False, "qwen36-mtp-l4:door": False})
     script = d.one(TEMPLATE).inputs["metadata"]["startup-script"]
     assert script == render_boot_script(
         cfg, bucket=d.outputs["modelBucket"], api_key_secret=None, project=GCP_PROJECT
