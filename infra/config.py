@@ -72,7 +72,7 @@ _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _TOOL_NAMES = {"all", "read_file", "file_glob_search", "grep_search", "exec_shell_command", "write_file"}
 _ARCH_RE = re.compile(r"^[a-z0-9_]{1,64}$")
-_ALL_IPV4 = ipaddress.ip_network("0.0.0.0/0")
+_ALL_IPV4 = ipaddress.IPv4Network("0.0.0.0/0")
 # The address blocks that are not the public internet (IANA's special-purpose registry: private,
 # shared, loopback, link-local, documentation, benchmarking, multicast, reserved), so "the whole
 # internet" is every other address. https://www.iana.org/assignments/iana-ipv4-special-registry
@@ -517,7 +517,7 @@ def config_key(field: str) -> str:
 def covers_public_internet(ranges: list[str]) -> bool:
     """Whether the union of ``ranges`` holds every public IPv4 address (not only ``0.0.0.0/0``:
     ``0.0.0.0/1`` with ``128.0.0.0/1`` is the same internet)."""
-    left = [_ALL_IPV4]
+    left: list[ipaddress.IPv4Network] = [_ALL_IPV4]
     for cidr in ranges:
         try:
             network = ipaddress.IPv4Network(cidr)

@@ -20,6 +20,7 @@ from qwen36.errors import Exit
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 30
 LINE_TAIL = " [deploy] error: "
+BASICS = ("bash", "sh", "date", "dirname", "mkdir", "chmod", "head", "base64", "cat", "sleep", "printf")
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def _tools(repo: Path, *, pulumi: str | None = "", gcloud: str | None = "") -> d
     """A PATH with bash's basics and stand-ins: ``pulumi``/``gcloud`` run their given body (None: absent)."""
     bin_dir = repo / "bin"
     bin_dir.mkdir(exist_ok=True)
-    for tool in ("bash", "sh", "date", "dirname", "mkdir", "chmod", "head", "base64", "cat", "sleep", "printf"):
+    for tool in BASICS:
         found = shutil.which(tool)
         if found and not (bin_dir / tool).exists():
             (bin_dir / tool).symlink_to(found)
