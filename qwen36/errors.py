@@ -52,7 +52,7 @@ CAUSES: dict[Exit, tuple[str, str]] = {
         "fix the flag the line names; `--help` lists them",
     ),
     Exit.CONFIG: (
-        "the stack config is invalid, or its Pulumi.<stack>.yaml is missing or not YAML",
+        "the stack config is invalid, or its stack file (Pulumi.STACK.yaml) is not YAML",
         "fix the key the line names (`pulumi config set ...`)",
     ),
     Exit.VERIFY: (

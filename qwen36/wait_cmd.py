@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 from qwen36.argtypes import positive_float
 from qwen36.errors import Exit, QwenError, UsageError, as_error
@@ -101,6 +100,12 @@ def run(args: argparse.Namespace) -> int:
             emit=lambda line: print(line, flush=True),
         )
     except WaitFailed as exc:
-        print(exc, file=sys.stderr, flush=True)
-        return EXIT_NOT_READY
+        # The diagnosis (what the wait saw, where to look next) goes to stdout, then its first line
+        # is the one error line. `pulumi up` shows both: pulumi-command's local.Command reports a
+        # failed command with its stdout and stderr together
+        # (provider/pkg/provider/local/commandOutputs.go, "running %q:\n%s").
+        first, _, rest = str(exc).partition("\n")
+        if rest:
+            print(rest, flush=True)
+        raise QwenError(first, EXIT_NOT_READY) from None
     return 0

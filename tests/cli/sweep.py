@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import re
 import signal
 import sys
@@ -161,6 +162,8 @@ def world(name: str, root: Path) -> Iterator[World]:
                 group = FakeGroup(
                     timeline=[(0.0, GroupState(members=[member]))], project=PROJECT, region="us-central1"
                 )
+            if detail == "no-report":
+                group.timeline[0][1].members[0].guest_attributes = {}
             if detail in ("stopped", "resize-503"):
                 group.timeline[0][1].members.clear()
                 group.timeline[0][1].target_size = 0
@@ -204,6 +207,27 @@ def world(name: str, root: Path) -> Iterator[World]:
             elif detail == "garbage":
                 (bin_dir / "pulumi").write_text("#!/bin/sh\necho 'warning: not JSON'\n")
                 (bin_dir / "pulumi").chmod(0o755)
+        if kind == "gcs":
+            # The real storage client against gcp-storage-emulator, with the bucket "b".
+            from gcp_storage_emulator.server import create_server
+            from google.cloud import storage
+
+            port = closed_port()
+            emulator = create_server("127.0.0.1", port, in_memory=True)
+            emulator.start()
+            stack.callback(emulator.stop)
+            env["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
+            previous = os.environ.get("STORAGE_EMULATOR_HOST")
+            os.environ["STORAGE_EMULATOR_HOST"] = env["STORAGE_EMULATOR_HOST"]
+            try:
+                storage.Client().create_bucket("b")
+            finally:
+                if previous is None:
+                    os.environ.pop("STORAGE_EMULATOR_HOST", None)
+                else:
+                    os.environ["STORAGE_EMULATOR_HOST"] = previous
+            kind = "project"
+            subs["noise"] = str(_noise_file(root))
         if kind == "project":
             (root / "Pulumi.yaml").write_text("name: qwen36-mtp-l4\nruntime: python\n")
             config = {"gcp:project": PROJECT}
@@ -220,7 +244,18 @@ def world(name: str, root: Path) -> Iterator[World]:
             hang.write_text("#!/bin/sh\nexec sleep 300\n")
             hang.chmod(0o755)
             subs["slow_server"] = str(hang)
+            # What a llama-server given a bad flag does: say so and exit 1 at once.
+            failing = root / "failing-server"
+            failing.write_text("#!/bin/sh\necho 'error: invalid argument' >&2\nexit 1\n")
+            failing.chmod(0o755)
+            subs["server"] = str(failing)
         yield World(root, env, subs)
+
+
+def _noise_file(root: Path) -> Path:
+    path = root / "noise.gguf"
+    path.write_bytes(random.Random(3).randbytes(256 * 1024))
+    return path
 
 
 def _text_file(root: Path) -> Path:
@@ -280,6 +315,13 @@ def cases() -> list[Case]:
     )
     add("wait no group", "wait --mode guest-attributes --project p --timeout-minutes 1", USAGE, "--region")
     add("wait without credentials", (*wait, "--timeout-minutes", "1"), 5, "credentials")
+    add(
+        "wait never ready",
+        (*wait, "--timeout-minutes", "0.02", "--compute-endpoint", "{compute}", "--anonymous"),
+        1,
+        "llama-server is not ready: not ready after",
+        "compute:no-report",
+    )
 
     for value in ("-1", "0", "9", "abc", "nan", "1.5"):
         add(f"wake --size {value!r}", ("wake", *GROUP_ARGS, "--size", value), USAGE, "--size")
@@ -410,6 +452,36 @@ def cases() -> list[Case]:
         "kept as",
         "llama:ok",
     )
+    # Against a server that answers: on main these ran to the end, then wrote <dir>.png and exited 0,
+    # or ran for ever (a NaN duration never ends).
+    add(
+        "bench --png dir, server up",
+        ("bench", "--url", "{llama}", "--reps", "1", "--png", "{dir}"),
+        USAGE,
+        ".png",
+        "llama:ok",
+    )
+    add(
+        "bench --json dir, server up",
+        ("bench", "--url", "{llama}", "--reps", "1", "--json", "{dir}"),
+        USAGE,
+        "is a directory",
+        "llama:ok",
+    )
+    add(
+        "load --duration nan, server up",
+        ("load", "--url", "{llama}", "--duration", "nan"),
+        USAGE,
+        "--duration",
+        "llama:ok",
+    )
+    add(
+        "load --markdown dir, server up",
+        ("load", "--url", "{llama}", "--requests", "2", "--markdown", "{dir}"),
+        USAGE,
+        "is a directory",
+        "llama:ok",
+    )
     load = ("load", "--url", "{closed}")
     for flag, values in {
         "--clients": ("0", "-1", "abc"),
@@ -434,7 +506,7 @@ def cases() -> list[Case]:
         "llama:html",
     )
 
-    tune = ("tune", "--launcher", "local", "--model", "{tmp}/model.gguf", "--server-bin", "{slow_server}")
+    tune = ("tune", "--launcher", "local", "--model", "{tmp}/model.gguf", "--server-bin", "{server}")
     add(
         "tune ctx-min above ctx-max",
         (*tune, "--ctx-min", "9000", "--ctx-max", "8192"),
@@ -528,6 +600,18 @@ def cases() -> list[Case]:
         "project",
     )
     add("stage gcs unreachable", (*stage, "--from-file", "{file}"), 7, "cannot reach GCS", "project")
+    # With a bucket that answers: on main a text file or random bytes were staged as the model, exit 0.
+    add("stage a text file as the model", (*stage, "--from-file", "{file}"), 4, "not a GGUF", "gcs")
+    add("stage random bytes as the model", (*stage, "--from-file", "{noise}"), 4, "not a GGUF", "gcs")
+    add("stage from-file dir, bucket up", (*stage, "--from-file", "{dir}"), USAGE, "a directory", "gcs")
+    add(
+        "stage from-file missing, bucket up",
+        (*stage, "--from-file", "{missing}"),
+        USAGE,
+        "not a readable",
+        "gcs",
+    )
+    add("stage from an unreachable hub", (*stage, "--from-hf"), 7, "from the hub", "gcs")
     add("stage hub unreachable", (*stage, "--from-hf"), 7, "cannot reach GCS", "project")
 
     # Ctrl-C while each command waits on something.
@@ -590,7 +674,7 @@ def cases() -> list[Case]:
     out.append(
         Case(
             "tune ctrl-c",
-            (*tune, "--sweep", "ctx", "--ctx-min", "8192", "--ctx-max", "8192"),
+            (*tune[:-1], "{slow_server}", "--sweep", "ctx", "--ctx-min", "8192", "--ctx-max", "8192"),
             130,
             "interrupted",
             "tune",

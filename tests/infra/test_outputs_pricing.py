@@ -113,3 +113,17 @@ def _valid_bucket_name(name: str) -> bool:
         and not name.startswith("goog")
         and re.search(r"g[o0]{2}g[l1]e", name) is None
     )
+
+
+def test_access_says_a_named_risk_first() -> None:
+    """Issue 21: exposeServerTools / exposeWithoutApiKey are refused unless set, and then said plainly."""
+    risky = cfg_for(
+        tools=["exec_shell_command"], exposeServerTools=True, apiKey=False, exposeWithoutApiKey=True
+    )
+    access = plain_outputs(risky, place_for())["access"]
+    assert access.startswith(
+        "WARNING: server-side tools (exec_shell_command) are on and the front door (on the internet, "
+        "door: true) can reach them: whoever gets in can run commands and write files on the VM "
+        "(exposeServerTools: true). WARNING: there is no API key"
+    )
+    assert "WARNING" not in plain_outputs(cfg_for(), place_for())["access"]
