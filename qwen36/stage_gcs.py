@@ -17,6 +17,7 @@ from typing import IO, Any
 from google.api_core import exceptions
 from google.auth.exceptions import DefaultCredentialsError
 from google.cloud import storage
+from google.cloud.storage.retry import DEFAULT_RETRY
 from google.resumable_media import common
 from google.resumable_media.requests import ResumableUpload
 from requests import exceptions as http_errors
@@ -30,9 +31,11 @@ GCS_TIMEOUT_S = 120
 # the library's own retrying of one chunk, capped well below its 10-minute default.
 MAX_CHUNK_ATTEMPTS = 5
 CHUNK_RETRY_S = 60.0
-# The bucket check is the first request: one bounded try, so an unreachable GCS is named at once
-# instead of after the client's default two minutes of retries.
+# The bucket check is the first request: bounded, so an unreachable GCS is named within seconds
+# instead of after the client's default two minutes of retries, yet a transient 429/5xx or a
+# dropped connection is still retried (google-cloud-storage's own policy, with a shorter deadline).
 BUCKET_CHECK_TIMEOUT_S = 30
+BUCKET_RETRY_DEADLINE_S = 10.0
 
 
 def storage_client() -> storage.Client:
@@ -48,7 +51,8 @@ def storage_client() -> storage.Client:
 def readable_bucket(client: storage.Client, name: str) -> storage.Bucket:
     """The bucket, checked up front: a wrong name or a missing permission fails before any download."""
     try:
-        return client.get_bucket(name, timeout=BUCKET_CHECK_TIMEOUT_S, retry=None)
+        retry = DEFAULT_RETRY.with_deadline(BUCKET_RETRY_DEADLINE_S)
+        return client.get_bucket(name, timeout=BUCKET_CHECK_TIMEOUT_S, retry=retry)
     except exceptions.NotFound:
         raise StageError(
             f"bucket gs://{name} does not exist; deploy the stack first (`pulumi up`) or pass --bucket",
@@ -59,8 +63,11 @@ def readable_bucket(client: storage.Client, name: str) -> storage.Bucket:
             f"the credentials in use cannot read bucket gs://{name}: {exc.message}", Exit.DENIED
         ) from None
     except (exceptions.GoogleAPIError, http_errors.RequestException, OSError) as exc:
+        # A spent retry carries the last failure as its cause: that is what to name.
+        last = exc.cause if isinstance(exc, exceptions.RetryError) and exc.cause is not None else exc
+        spent = f", retried for {BUCKET_RETRY_DEADLINE_S:g} s" if last is not exc else ""
         raise StageError(
-            f"cannot reach GCS to check bucket gs://{name} ({exc.__class__.__name__}: {exc}); "
+            f"cannot reach GCS to check bucket gs://{name} ({last.__class__.__name__}: {last}){spent}; "
             "check the network or proxy and rerun",
             Exit.UNREACHABLE,
         ) from None

@@ -9,10 +9,13 @@ from __future__ import annotations
 import random
 import socket
 import threading
+import urllib.request
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 import yaml
+from google.cloud import storage
 
 from qwen36 import stage_gcs
 from qwen36.__main__ import main
@@ -20,6 +23,7 @@ from qwen36.errors import Exit
 from tests.cache.conftest import Blob, Gcs, gguf_header
 from tests.cache.hf_server import HfServer
 from tests.cache.proxy import CountingProxy
+from tests.harness.loopback import serve_on_loopback
 
 STACK = "test"
 STALL_WAIT_S = 60.0
@@ -257,3 +261,44 @@ def test_a_project_dir_that_is_a_file_is_one_line(tmp_path: Path, capsys: pytest
     assert out.strip() == (
         f"stage: error: --project-dir {not_a_dir}: not a directory (the folder holding Pulumi.yaml)"
     )
+
+
+def test_a_transient_gcs_error_at_the_bucket_check_is_retried(
+    gcs: Gcs,
+    small_file: Blob,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One 503 from GCS in front of the bucket check: retried by the storage client's own policy."""
+    answered: list[str] = []
+
+    class Flaky503(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            answered.append(self.path)
+            if len(answered) == 1:
+                body = b'{"error": {"code": 503, "message": "Backend Error"}}'
+                self.send_response(503)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            # Then the emulator's own answer, as a proxy would pass it on.
+            with urllib.request.urlopen(f"{gcs.endpoint}{self.path}") as upstream:
+                body = upstream.read()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    with serve_on_loopback(Flaky503) as url:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)
+        client = storage.Client()
+        bucket = stage_gcs.readable_bucket(client, gcs.bucket.name)
+    assert bucket.name == gcs.bucket.name
+    assert len(answered) == 2

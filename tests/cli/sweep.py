@@ -698,6 +698,7 @@ def _shorten_timeouts() -> None:
         ("qwen36.measure.client", "HEALTH_TIMEOUT_S", 1.0),
         ("qwen36.measure.client", "CONNECT_TIMEOUT_S", 1.0),
         ("qwen36.stage_gcs", "BUCKET_CHECK_TIMEOUT_S", 2),
+        ("qwen36.stage_gcs", "BUCKET_RETRY_DEADLINE_S", 1.0),
         ("qwen36.stage", "HUB_TIMEOUT_S", 2.0),
     ):
         with contextlib.suppress(ImportError, AttributeError):
