@@ -723,6 +723,9 @@ def _child(argv: list[str], env: dict[str, str], cwd: Path, out: Path, err: Path
         sys.stderr.flush()
         os.dup2(fd_out, 1)
         os.dup2(fd_err, 2)
+        # The parent may have replaced sys.stdout/stderr (pytest's capture): write to the fds.
+        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
         _shorten_timeouts()
         from qwen36.__main__ import main
 
