@@ -8,6 +8,7 @@ Errors name the Pulumi config key, the value that was given and what is allowed.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import ipaddress
 import json
 import math
@@ -44,6 +45,25 @@ GIB = 1024**3
 # Nominal size of the default model file, used for disk sizing when modelSizeBytes is not pinned.
 NOMINAL_MODEL_BYTES = 23_000_000_000
 
+# What fits the L4 (ctxSize is checked against it). The reference is the deployed config at the
+# pinned build: ctx 56320 with MTP n-max 2 beside the default model left ~480 MiB of the L4 free
+# (the original's nvidia-smi); the KV cache costs 22.0 KiB a token and MTP's draft context 448 MiB
+# at that ctx, and n-max 3 costs 64 MiB more than 2 (measured on an H200 with a real-width model,
+# docs' facts: "Measured on the H200, 2026-12-01"). The L4 has 24 GB of GDDR6
+# (https://cloud.google.com/compute/docs/gpus#l4-gpus), 24 GiB of it usable with ECC off (ECC on
+# takes ~1.5 GiB, which is why the degraded mode serves a smaller context). Everything else the
+# server holds (CUDA's context, compute buffers) is the remainder at the reference.
+MIB = 1024**2
+L4_MEMORY_MIB = 24 * 1024
+REFERENCE_CTX = 56320
+REFERENCE_FREE_MIB = 480
+KV_MIB_PER_TOKEN = 22.0 / 1024
+MTP_DRAFT_MIB = 448
+MTP_DRAFT_N_MAX = 2
+MTP_MIB_PER_EXTRA_DRAFT = 64
+# Kept free beyond the estimate: the builds measured differ by ~70 MiB, and allocations fragment.
+FIT_SPARE_MIB = 256
+
 # The L4 zones of the default region (gcloud compute accelerator-types list --filter="name=nvidia-l4").
 DEFAULT_ZONES = ("us-central1-a", "us-central1-b", "us-central1-c")
 # A deliberate ceiling: every replica is one more L4 billed by the hour.
@@ -58,7 +78,22 @@ _ZONE_RE = re.compile(r"^(?P<region>[a-z]+-[a-z]+[0-9]+)-[a-z]$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _TOOL_NAMES = {"all", "read_file", "file_glob_search", "grep_search", "exec_shell_command", "write_file"}
-_PUBLIC = ipaddress.ip_network("0.0.0.0/0")
+_ARCH_RE = re.compile(r"^[a-z0-9_]{1,64}$")
+_ALL_IPV4 = ipaddress.IPv4Network("0.0.0.0/0")
+# The address blocks that are not the public internet (IANA's special-purpose registry: private,
+# shared, loopback, link-local, documentation, benchmarking, multicast, reserved), so "the whole
+# internet" is every other address. https://www.iana.org/assignments/iana-ipv4-special-registry
+_NOT_PUBLIC = tuple(
+    ipaddress.IPv4Network(cidr)
+    for cidr in (
+        "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+        "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15",
+        "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
+    )
+)  # fmt: skip
+# IAP's TCP forwarding connects from this range: the only source of a tunnel.
+# https://cloud.google.com/iap/docs/using-tcp-forwarding#create-firewall-rule
+IAP_RANGE = "35.235.240.0/20"
 # A domain name for the Google-managed certificate: lowercase labels of letters, digits and '-',
 # at least two of them, no wildcard (managed certificates do not issue wildcards).
 # https://cloud.google.com/load-balancing/docs/ssl-certificates/google-managed-certs#domain-names
@@ -106,6 +141,7 @@ class StackConfig(BaseModel):
     model_revision: str = "main"
     model_sha256: str = ""
     model_size_bytes: int = Field(default=0, ge=0)
+    model_architecture: str = "qwen35moe"
     keep_model_bucket: bool = True
     self_stage_model: bool = True
 
@@ -122,6 +158,12 @@ class StackConfig(BaseModel):
     threads: int = Field(default=0, ge=0, le=256)
     backend_sampling: bool = True
     tools: list[str] = Field(default_factory=list)
+    # A request without max_tokens stops here (llama-server's --n-predict). Qwen's model card asks
+    # for ~32,768 output tokens for most queries, thinking included, so no answer it calls normal
+    # is cut; a runaway or abandoned generation (a closed web UI tab keeps generating: the UI's
+    # X-Conversation-Id stream resume) then holds the slot ~6 min at 91 tok/s instead of the whole
+    # 56,320-token context (~10 min). 0: no default cap.
+    default_max_tokens: int = Field(default=32768, ge=0, le=262144)
 
     # Access.
     source_ranges: list[str] = Field(default_factory=list)
@@ -130,6 +172,9 @@ class StackConfig(BaseModel):
     door: bool = True
     # How long the door holds a request for a wake; infra/door.py's wake_bound_s derives the default.
     door_wake_bound_seconds: int = Field(default=360, ge=180, le=3000)
+    # The two risks a reachable endpoint can carry, each refused unless named (access says so).
+    expose_server_tools: bool = False
+    expose_without_api_key: bool = False
     health_timeout_minutes: int = Field(default=20, ge=1, le=120)
 
     # Fleet: more than one server behind one load-balanced endpoint (infra/fleet.py).
@@ -181,6 +226,22 @@ class StackConfig(BaseModel):
     def _file(cls, value: str) -> str:
         if not value.endswith(".gguf") or value.startswith("/") or ".." in value.split("/"):
             raise ValueError("must be a relative path to a .gguf file inside the repo")
+        return value
+
+    @field_validator("image_project", "image_family", "model_revision")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip() or value != value.strip():
+            raise ValueError("must be a non-empty name without surrounding spaces")
+        return value
+
+    @field_validator("model_architecture")
+    @classmethod
+    def _architecture(cls, value: str) -> str:
+        if not _ARCH_RE.match(value):
+            raise ValueError(
+                "must be a GGUF general.architecture such as 'qwen35moe' (lowercase letters, digits, '_')"
+            )
         return value
 
     @field_validator("alias")
@@ -236,13 +297,16 @@ class StackConfig(BaseModel):
             match = _ZONE_RE.match(zone)
             if match and match["region"] != self.region:
                 raise _FieldError("zones", f"zone {zone!r} is not in region {self.region!r}")
-        opens_everything = _PUBLIC in {ipaddress.ip_network(c) for c in self.source_ranges}
-        if opens_everything and not self.allow_public_internet:
+        if covers_public_internet(self.source_ranges) and not self.allow_public_internet:
+            whole = "0.0.0.0/0 opens" if "0.0.0.0/0" in self.source_ranges else "together these ranges open"
             raise _FieldError(
                 "source_ranges",
-                "0.0.0.0/0 opens the server to the whole internet; also set allowPublicInternet: true "
+                f"{whole} the server to the whole internet; also set allowPublicInternet: true "
                 "to mean it, or list your own ranges",
             )
+        self._exposure_checks()
+        # The door's own needs: with it, no risk key can make apiKey false or a range work.
+        self._door_checks()
         if self.min_boot_disk_gb > self.boot_disk_size_gb:
             raise _FieldError(
                 "boot_disk_size_gb",
@@ -256,7 +320,7 @@ class StackConfig(BaseModel):
         if self.threads > self.vcpus:
             raise _FieldError("threads", f"{self.machine_type} has {self.vcpus} vCPUs; use 0 for all of them")
         self._fleet_checks()
-        self._door_checks()
+        self._fit_check()
         return self
 
     def _door_checks(self) -> None:
@@ -278,6 +342,44 @@ class StackConfig(BaseModel):
                 "with the front door (door: true) the endpoint is the door's HTTPS URL, which admits "
                 "whoever has the API key and opens no port on the VM; leave sourceRanges empty, or set "
                 "door: false to open the VM's port to these ranges instead",
+            )
+
+    def _exposure_checks(self) -> None:
+        if self.fleet and self.door and "door" in self.model_fields_set:
+            raise _FieldError(
+                "door",
+                "the front door serves the single server; a fleet is reached through its load balancer, "
+                "so leave door unset or false",
+            )
+        if not self.reachable_beyond_iap:
+            return
+        who = self.reached_by
+        if self.tools and not self.expose_server_tools:
+            raise _FieldError(
+                "tools",
+                f"server-side tools run commands and write files on the VM for anyone who reaches the "
+                f"endpoint, and {who} can; set exposeServerTools: true to mean it, or reach the server "
+                "only through IAP (door: false and empty sourceRanges)",
+            )
+        # The door never runs open (infra/door.py): _door_checks refuses a keyless door outright.
+        if not self.api_key and not self.expose_without_api_key and not self.front_door:
+            raise _FieldError(
+                "api_key",
+                f"without an API key the endpoint serves whoever reaches it, and {who} can; set "
+                "exposeWithoutApiKey: true to mean it, or keep apiKey: true",
+            )
+
+    def _fit_check(self) -> None:
+        most = self.max_ctx_size
+        if self.ctx_size > most:
+            model_gb = self.model_bytes_for_sizing / 1e9
+            raise _FieldError(
+                "ctx_size",
+                f"does not fit the L4 beside a {model_gb:.1f} GB model: at most {most} by the estimate "
+                f"(KV {KV_MIB_PER_TOKEN * 1024:.1f} KiB a token, MTP's draft context "
+                f"{self.mtp_draft_mib} MiB at {REFERENCE_CTX}, measured at the pinned build, in "
+                f"{L4_MEMORY_MIB} MiB with ECC off, {FIT_SPARE_MIB} MiB kept spare); lower ctxSize, "
+                "specDraftNMax or the model (modelSizeBytes)",
             )
 
     def _fleet_checks(self) -> None:
@@ -383,6 +485,60 @@ class StackConfig(BaseModel):
         """Whether any source range outside Google's IAP proxies may reach port 8080."""
         return bool(self.source_ranges)
 
+    @property
+    def reachable_beyond_iap(self) -> bool:
+        """Whether anything but an IAP tunnel can reach the endpoint: the door and a fleet's load
+        balancer are on the internet, and any source range other than IAP's own opens the port."""
+        return self.fleet or self.front_door or any(r != IAP_RANGE for r in self.source_ranges)
+
+    @property
+    def reached_by(self) -> str:
+        if self.fleet:
+            return "the fleet's public load balancer"
+        if self.front_door:
+            return "the front door (on the internet, door: true)"
+        return f"sourceRanges {', '.join(self.source_ranges)}"
+
+    @property
+    def mtp_draft_mib(self) -> int:
+        """MTP's draft context at the reference ctx: 0 without drafts; 64 MiB per draft token past 2
+        (one measurement, n-max 3, extended linearly)."""
+        if self.spec_draft_n_max == 0:
+            return 0
+        return MTP_DRAFT_MIB + MTP_MIB_PER_EXTRA_DRAFT * max(0, self.spec_draft_n_max - MTP_DRAFT_N_MAX)
+
+    @property
+    def max_ctx_size(self) -> int:
+        """The largest ctxSize the estimate fits on the L4 beside this model, a multiple of 256.
+
+        The draft context was measured at one ctx only, so it is read both as fixed and as growing
+        with ctx, and the stricter reading wins (they agree at the reference)."""
+        reference_need = (
+            NOMINAL_MODEL_BYTES / MIB + KV_MIB_PER_TOKEN * REFERENCE_CTX + MTP_DRAFT_MIB + REFERENCE_FREE_MIB
+        )
+        runtime = L4_MEMORY_MIB - reference_need
+        room = L4_MEMORY_MIB - FIT_SPARE_MIB - runtime - self.model_bytes_for_sizing / MIB
+        mtp = self.mtp_draft_mib
+        fixed = (room - mtp) / KV_MIB_PER_TOKEN
+        most = fixed if fixed <= REFERENCE_CTX else room / (KV_MIB_PER_TOKEN + mtp / REFERENCE_CTX)
+        return max(0, int(most) // 256 * 256)
+
+    def risk_notes(self) -> list[str]:
+        """The risks the user named on purpose, for the ``access`` output to say plainly."""
+        notes = []
+        if self.reachable_beyond_iap and self.tools:
+            notes.append(
+                f"WARNING: server-side tools ({', '.join(self.tools)}) are on and {self.reached_by} can "
+                "reach them: whoever gets in can run commands and write files on the VM "
+                "(exposeServerTools: true)."
+            )
+        if self.reachable_beyond_iap and not self.api_key:
+            notes.append(
+                f"WARNING: there is no API key and {self.reached_by} can reach the endpoint: whoever "
+                "gets in can use the model (exposeWithoutApiKey: true)."
+            )
+        return notes
+
 
 class _FieldError(ValueError):
     """Raised inside the model validator to blame one field rather than the whole model."""
@@ -394,6 +550,35 @@ class _FieldError(ValueError):
 
 def config_key(field: str) -> str:
     return f"{PROJECT}:{to_camel(field)}"
+
+
+def covers_public_internet(ranges: list[str]) -> bool:
+    """Whether the union of ``ranges`` holds every public IPv4 address (not only ``0.0.0.0/0``:
+    ``0.0.0.0/1`` with ``128.0.0.0/1`` is the same internet)."""
+    left: list[ipaddress.IPv4Network] = [_ALL_IPV4]
+    for cidr in ranges:
+        try:
+            network = ipaddress.IPv4Network(cidr)
+        except ValueError:
+            continue  # refused by its own validator
+        left = _subtract(left, network)
+    for block in _NOT_PUBLIC:
+        left = _subtract(left, block)
+    return not left
+
+
+def _subtract(
+    networks: list[ipaddress.IPv4Network], cut: ipaddress.IPv4Network
+) -> list[ipaddress.IPv4Network]:
+    out: list[ipaddress.IPv4Network] = []
+    for network in networks:
+        if network.subnet_of(cut):
+            continue
+        if cut.subnet_of(network):
+            out.extend(network.address_exclude(cut))
+        else:
+            out.append(network)
+    return out
 
 
 # Keys of earlier versions, with what replaced them.
@@ -471,7 +656,10 @@ def _as_config_error(exc: ValidationError, data: Mapping[str, Any]) -> ConfigErr
     ctx_error = error.get("ctx", {}).get("error")
     if isinstance(ctx_error, _FieldError):
         key = to_camel(ctx_error.field)
-        return ConfigError(f"{PROJECT}:{key}", f"{data.get(key)!r}: {ctx_error}")
+        # A key left at its default is blamed with the default it has.
+        default = StackConfig.model_fields[ctx_error.field].get_default(call_default_factory=True)
+        value = data.get(key, default)
+        return ConfigError(f"{PROJECT}:{key}", f"{value!r}: {ctx_error}")
     loc = [str(part) for part in error["loc"]]
     key = loc[0] if loc else "?"
     value = data.get(key, error.get("input"))
@@ -557,12 +745,26 @@ def _for_pulumi(read: Callable[[Mapping[str, Any]], T], raw: Mapping[str, Any]) 
         raise pulumi.RunError(str(exc)) from None
 
 
+_HASH_SUFFIX = re.compile(r"-[0-9a-f]{8}$")
+
+
 def deployment_name(stack: str, *, max_length: int = 30) -> str:
-    """A GCE-safe name for this stack's resources, e.g. ``qwen36-dev``.
+    """A GCE-safe name for this stack's resources, e.g. ``qwen36-dev``, distinct for every stack name.
 
     Service-account ids allow 6-30 characters of ``[a-z0-9-]``, starting with a letter and not
     ending with '-', the tightest rule among the names we derive, so one slug fits them all.
     https://cloud.google.com/iam/docs/service-accounts-create#creating
+
+    A stack name that is already such a slug and fits is used as it is. Any other (upper case, other
+    characters, too long) gets ``-<8 hex>`` of its sha256, so ``Dev`` and ``dev``, or two long names
+    alike in their first characters, never share resource names. A name kept as it is never ends in
+    ``-<8 hex>`` (one that does is hashed too), so the two forms cannot meet; two hashed names meet
+    only if their sha256 prefixes collide (one chance in 2**32).
     """
     slug = _NAME_UNSAFE.sub("-", stack.lower()).strip("-") or "stack"
-    return f"qwen36-{slug}"[:max_length].rstrip("-")
+    plain = f"qwen36-{slug}"
+    if slug == stack and len(plain) <= max_length and not _HASH_SUFFIX.search(plain):
+        return plain
+    digest = hashlib.sha256(stack.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    head = plain[: max_length - len(digest) - 1].rstrip("-")
+    return f"{head}-{digest}"

@@ -80,6 +80,12 @@ def commands(place: Place) -> dict[str, str]:
 
 
 def access_note(cfg: StackConfig, place: Place) -> str:
+    """How to reach the server, led by any risk the config named on purpose (StackConfig.risk_notes)."""
+    risks = " ".join(cfg.risk_notes())
+    return f"{risks} {_reach(cfg, place)}" if risks else _reach(cfg, place)
+
+
+def _reach(cfg: StackConfig, place: Place) -> str:
     tunnel = commands(place)["iapTunnel"]
     if place.door_url:
         return (

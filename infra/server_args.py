@@ -56,6 +56,11 @@ def server_args(
         "--metrics",
         "--no-warmup",
     ]  # fmt: skip
+    if cfg.default_max_tokens > 0:
+        # A request without max_tokens stops here: at b11434 the request's own n_predict/max_tokens
+        # wins and the server's --n-predict is the default (tools/server/server-context.cpp,
+        # "the per-request limit takes priority over the global one").
+        args += ["--n-predict", str(cfg.default_max_tokens)]
     if cfg.spec_draft_n_max > 0:
         args += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(cfg.spec_draft_n_max)]
         if cfg.spec_draft_p_min > 0:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from infra import boot_protocol
+from qwen36.errors import NotFoundError
 
 # Short enough that a hung API call cannot stretch a bounded wait much past its deadline.
 COMPUTE_REQUEST_TIMEOUT_S = 15.0
@@ -38,8 +39,8 @@ _QUOTA_MESSAGE = re.compile(
 _ZONES_AVAILABLE_KEY = "zonesAvailable"
 
 
-class GroupNotFound(LookupError):
-    pass
+class GroupNotFound(NotFoundError):
+    """The group named does not exist (a wrong --project/--region/--group, or not deployed)."""
 
 
 @dataclass(frozen=True)
@@ -215,10 +216,15 @@ class ComputeApiReader:
         from google.api_core.client_options import ClientOptions
         from google.cloud import compute_v1
 
+        from qwen36.retry import RetryingClient
+
         options = ClientOptions(api_endpoint=api_endpoint) if api_endpoint else None
         kwargs: dict[str, Any] = {"transport": "rest", "client_options": options, "credentials": credentials}
-        self._instances = compute_v1.InstancesClient(**kwargs)
-        self._groups = compute_v1.RegionInstanceGroupManagersClient(**kwargs)
+        # Every call read-only, each retried on a transient error within qwen36.retry's bounds.
+        self._instances = RetryingClient(compute_v1.InstancesClient(**kwargs), "instances")
+        self._groups = RetryingClient(
+            compute_v1.RegionInstanceGroupManagersClient(**kwargs), "regionInstanceGroupManagers"
+        )
         self._v1 = compute_v1
 
     def target_size(self, group: GroupTarget) -> int:
@@ -240,7 +246,10 @@ class ComputeApiReader:
             pages = self._groups.list_managed_instances(request=request, timeout=COMPUTE_REQUEST_TIMEOUT_S)
             items = list(pages)
         except exceptions.NotFound as exc:
-            raise GroupNotFound(f"no group {group.group} in {group.region} of {group.project}") from exc
+            raise GroupNotFound(
+                f"no group {group.group} in {group.region} of {group.project}: check --project, --region "
+                "and --group (or --stack), or deploy it with `pulumi up`"
+            ) from exc
         members = []
         for item in items:
             url = item.instance

@@ -8,7 +8,10 @@ The bucket comes from ``pulumi stack output modelBucket``, the object name from 
 ``Pulumi.yaml`` and runs the same validation as ``pulumi up``; no Pulumi login is needed for it.
 
 The expected sha256 is ``modelSha256`` when set; otherwise, from the hub, the file's LFS sha256 (the
-same ``X-Linked-Etag`` the VM reads); otherwise, for a local file, its computed hash. The hub download
+same ``X-Linked-Etag`` the VM reads). A local file (``--from-file``) must be a GGUF of
+``modelArchitecture``, and without ``modelSha256`` its size and sha256 must match the hub's record of
+the pinned revision when the hub answers (its hash becomes the one the VM trusts); ``--force`` is
+the named way past these two checks, never past a pinned ``modelSha256``/``modelSizeBytes``. The hub download
 is huggingface_hub's. The upload is resumable (an interrupted run continues from the bytes GCS already
 holds), the object gets ``sha256`` and ``size`` as custom metadata, and its crc32c is checked against
 the local file. An object that already holds the same sha256, size and (when the local file is at
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
+import importlib
 import os
 import shutil
 import subprocess
@@ -30,6 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qwen36.errors import Exit, UsageError
 from qwen36.stage_common import (
     EXIT_INTERRUPTED,
     EXIT_VERIFY,
@@ -47,6 +52,8 @@ if TYPE_CHECKING:
 # GCS takes resumable chunks in multiples of 256 KiB; 16 MiB keeps a lost chunk cheap to resend.
 # https://cloud.google.com/storage/docs/performing-resumable-uploads#chunked-upload
 DEFAULT_CHUNK_MIB = 16
+# A chunk is held in memory while it is sent.
+MAX_CHUNK_MIB = 1024
 PULUMI_TIMEOUT_S = 120
 STACK_OUTPUT_BUCKET = "modelBucket"
 HASH_BLOCK = 8 * 1024 * 1024
@@ -65,17 +72,21 @@ def _pulumi(args: list[str], what: str) -> str:
     """Run the Pulumi CLI; a missing CLI or stack is a StageError naming the flag that avoids it."""
     command = "pulumi " + " ".join(args)
     if shutil.which("pulumi") is None:
-        raise StageError(f"the Pulumi CLI is not installed, so {what} is unknown; pass it explicitly")
+        raise StageError(
+            f"the Pulumi CLI is not installed, so {what} is unknown; pass it explicitly", Exit.MISSING_TOOL
+        )
     try:
         done = subprocess.run(
             ["pulumi", *args], capture_output=True, text=True, timeout=PULUMI_TIMEOUT_S, check=False
         )
     except subprocess.TimeoutExpired:
-        raise StageError(f"`{command}` took over {PULUMI_TIMEOUT_S} s; pass {what} explicitly") from None
+        raise StageError(
+            f"`{command}` took over {PULUMI_TIMEOUT_S} s; pass {what} explicitly", Exit.UNREACHABLE
+        ) from None
     if done.returncode != 0:
         detail = (done.stderr or done.stdout).strip().splitlines()
         reason = detail[-1] if detail else f"exit {done.returncode}"
-        raise StageError(f"`{command}` failed ({reason}); pass {what} explicitly")
+        raise StageError(f"`{command}` failed ({reason}); pass {what} explicitly", Exit.NOT_FOUND)
     return done.stdout.strip()
 
 
@@ -92,19 +103,27 @@ def load_stack_config(stack: str, project_dir: Path) -> StackConfig:
 
     from infra.config import PROJECT, ConfigError, parse_config
 
+    if not project_dir.is_dir():
+        raise UsageError(f"--project-dir {project_dir}: not a directory (the folder holding Pulumi.yaml)")
     path = project_dir / f"Pulumi.{stack}.yaml"
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except FileNotFoundError:
-        raise StageError(f"no {path.name} in {project_dir}: is {stack!r} a stack of this project?") from None
+        raise StageError(
+            f"no {path.name} in {project_dir}: is {stack!r} a stack of this project?", Exit.NOT_FOUND
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StageError(f"cannot read {path}: {exc}", Exit.CONFIG) from None
     except yaml.YAMLError as exc:
-        raise StageError(f"{path.name} is not valid YAML: {exc}") from None
-    raw = document.get("config") or {}
-    ours = {key: value for key, value in raw.items() if key.startswith(f"{PROJECT}:")}
+        raise StageError(f"{path.name} is not valid YAML: {exc}", Exit.CONFIG) from None
+    raw = document.get("config") if isinstance(document, dict) else None
+    if not isinstance(raw or {}, dict):
+        raise StageError(f"{path.name}: its 'config' is not a mapping of keys to values", Exit.CONFIG)
+    ours = {key: value for key, value in (raw or {}).items() if str(key).startswith(f"{PROJECT}:")}
     try:
         return parse_config(ours)
     except ConfigError as exc:
-        raise StageError(f"{path.name}: {exc}") from None
+        raise StageError(f"{path.name}: {exc}", Exit.CONFIG) from None
 
 
 def object_name_for(cfg: StackConfig) -> str:
@@ -127,6 +146,7 @@ def stage(
     chunk_size: int,
     say: Say,
     progress: Progress | None = None,
+    force: bool = False,
 ) -> str:
     """Stage the model; returns "already staged", "uploaded" or "resumed"."""
     from qwen36 import stage_gcs
@@ -134,7 +154,7 @@ def stage(
     client = stage_gcs.storage_client()
     bucket = stage_gcs.readable_bucket(client, target.bucket)
     if from_file is not None:
-        path, sha256, size, crc32c = _local_source(cfg, from_file, say, progress)
+        path, sha256, size, crc32c = _local_source(cfg, from_file, say, progress, force)
     else:
         sha256, size = _hub_expectation(cfg)
         done, why = stage_gcs.staged_state(bucket, target.name, sha256, size)
@@ -148,6 +168,7 @@ def stage(
             raise StageError(
                 f"{path}: the hub sent sha256 {actual}, expected {sha256}; deleted it", EXIT_VERIFY
             )
+        _check_gguf(cfg, path, force)
         say(f"{path}: sha256 {sha256} verified (kept for reruns; delete it once staged to free the space)")
     done, why = stage_gcs.staged_state(bucket, target.name, sha256, size, crc32c)
     say(f"{target.uri}: {why}")
@@ -162,17 +183,30 @@ def stage(
 def _hub_expectation(cfg: StackConfig) -> tuple[str, int]:
     """The file's LFS sha256 and size from the hub, checked against modelSha256/modelSizeBytes."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, RepositoryNotFoundError
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
 
     label = f"{cfg.model_repo}@{cfg.model_revision}/{cfg.model_file}"
     endpoint = os.environ.get("HF_ENDPOINT") or None
     url = hf_hub_url(cfg.model_repo, cfg.model_file, revision=cfg.model_revision, endpoint=endpoint)
+    failures: tuple[type[Exception], ...] = (HfHubHTTPError, OSError, *_hub_transport_errors())
     try:
         meta = get_hf_file_metadata(url, timeout=HUB_TIMEOUT_S, endpoint=endpoint)
-    except (EntryNotFoundError, RepositoryNotFoundError):
-        raise StageError(f"{label} is not on the hub (modelRepo/modelFile/modelRevision)") from None
-    except (HfHubHTTPError, OSError) as exc:
-        raise StageError(f"cannot read {label} from the hub: {exc}") from None
+    except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
+        raise StageError(
+            f"{label} is not on the hub (modelRepo/modelFile/modelRevision)", Exit.NOT_FOUND
+        ) from None
+    except failures as exc:
+        # huggingface_hub 2.x speaks httpx2: an unreachable hub raises its errors, not OSError.
+        raise StageError(
+            f"cannot read {label} from the hub ({type(exc).__name__}: {exc}); check the network "
+            "(or HF_ENDPOINT) and rerun",
+            Exit.UNREACHABLE,
+        ) from None
     found = (meta.etag or "").lower()
     if len(found) != 64 or any(c not in "0123456789abcdef" for c in found):
         if not cfg.model_sha256:
@@ -194,6 +228,18 @@ def _hub_expectation(cfg: StackConfig) -> tuple[str, int]:
     return found, size or cfg.model_size_bytes
 
 
+def _hub_transport_errors() -> tuple[type[Exception], ...]:
+    """The HTTP errors huggingface_hub's own client raises (httpx2 in 2.x; httpx before)."""
+    found: list[type[Exception]] = []
+    for name in ("httpx2", "httpx"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        found.append(module.HTTPError)
+    return tuple(found)
+
+
 def _hub_download(cfg: StackConfig, local_dir: Path) -> Path:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import HfHubHTTPError
@@ -202,8 +248,9 @@ def _hub_download(cfg: StackConfig, local_dir: Path) -> Path:
         local_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StageError(
-            f"cannot create the cache directory {local_dir}: {exc.strerror} (--cache-dir)"
+            f"cannot create the cache directory {local_dir}: {exc.strerror} (--cache-dir)", Exit.LOCAL_IO
         ) from None
+    failures: tuple[type[Exception], ...] = (HfHubHTTPError, OSError, *_hub_transport_errors())
     try:
         where = hf_hub_download(
             cfg.model_repo,
@@ -212,22 +259,77 @@ def _hub_download(cfg: StackConfig, local_dir: Path) -> Path:
             local_dir=local_dir,
             endpoint=os.environ.get("HF_ENDPOINT") or None,
         )
-    except (HfHubHTTPError, OSError) as exc:
-        raise StageError(f"the hub download stopped ({exc}); rerun to resume it") from None
+    except failures as exc:
+        raise StageError(f"the hub download stopped ({exc}); rerun to resume it", Exit.UNREACHABLE) from None
     return Path(where)
 
 
+def _check_gguf(cfg: StackConfig, path: Path, force: bool) -> None:
+    """The file must be a GGUF of the configured architecture: llama-server would refuse anything
+    else on the VM, after the whole upload and a boot."""
+    from qwen36.gguf_header import NotGguf, architecture
+
+    try:
+        found = architecture(path)
+    except NotGguf as exc:
+        problem = f"{path} is not a GGUF model file ({exc})"
+    except OSError as exc:
+        raise StageError(f"cannot read {path}: {exc.strerror}", Exit.LOCAL_IO) from None
+    else:
+        if found == cfg.model_architecture:
+            return
+        problem = (
+            f"{path} is a GGUF of architecture {found!r}, not {cfg.model_architecture!r} (modelArchitecture)"
+        )
+    if force:
+        return
+    raise StageError(f"{problem}; not uploading it (--force stages it anyway)", EXIT_VERIFY)
+
+
+def _check_against_hub(cfg: StackConfig, path: Path, size: int, sha256: str, say: Say, force: bool) -> None:
+    """Without a pinned modelSha256 the staged file's hash becomes the one the VM trusts: it must be
+    the hub's file of the pinned revision, whenever the hub can say so."""
+    label = f"{cfg.model_repo}@{cfg.model_revision}/{cfg.model_file}"
+    try:
+        hub_sha, hub_size = _hub_expectation(cfg)
+    except StageError as exc:
+        if exc.exit_code == Exit.UNREACHABLE:
+            say(f"cannot compare {path} with the hub's {label} ({exc.message}); staging its own sha256")
+            return
+        if force:
+            say(f"{exc.message}; staging {path} anyway (--force)")
+            return
+        raise StageError(f"{exc.message}; pin modelSha256, or pass --force", exc.exit_code) from None
+    problems = []
+    if hub_size and size != hub_size:
+        problems.append(f"{size} bytes, the hub's file has {hub_size}")
+    if sha256 != hub_sha:
+        problems.append(f"sha256 {sha256}, the hub's is {hub_sha}")
+    if not problems:
+        say(f"{path}: matches the hub's {label} (sha256 {sha256})")
+        return
+    if force:
+        say(f"{path}: differs from the hub's {label} ({'; '.join(problems)}); staging it anyway (--force)")
+        return
+    raise StageError(
+        f"{path} is not the hub's {label}: {'; '.join(problems)}; stage that file, pin its sha256 as "
+        "modelSha256, or pass --force",
+        EXIT_VERIFY,
+    )
+
+
 def _local_source(
-    cfg: StackConfig, path: Path, say: Say, progress: Progress | None
+    cfg: StackConfig, path: Path, say: Say, progress: Progress | None, force: bool = False
 ) -> tuple[Path, str, int, str]:
     """A local file checked against the config: (path, sha256, size, crc32c)."""
     if not path.is_file():
         what = "a directory" if path.is_dir() else "not a readable file"
-        raise StageError(f"--from-file {path}: {what}; pass the .gguf file itself")
+        raise UsageError(f"--from-file {path}: {what}; pass the .gguf file itself")
     try:
         size = path.stat().st_size
     except OSError as exc:
-        raise StageError(f"cannot read {path}: {exc.strerror}") from None
+        raise StageError(f"cannot read {path}: {exc.strerror}", Exit.LOCAL_IO) from None
+    _check_gguf(cfg, path, force)
     if cfg.model_size_bytes and size != cfg.model_size_bytes:
         raise StageError(
             f"{path}: expected {cfg.model_size_bytes} bytes (modelSizeBytes), the file has {size}",
@@ -241,7 +343,7 @@ def _local_source(
             EXIT_VERIFY,
         )
     if not expected:
-        say(f"{path}: no modelSha256 in the stack config; staging its computed sha256 {actual}")
+        _check_against_hub(cfg, path, size, actual, say, force)
     return path, actual, size, crc32c
 
 
@@ -261,7 +363,7 @@ def _hash_file(path: Path, progress: Progress | None, label: str) -> tuple[str, 
                 done += len(block)
                 update(done, total)
     except OSError as exc:
-        raise StageError(f"cannot read {path}: {exc.strerror}") from None
+        raise StageError(f"cannot read {path}: {exc.strerror}", Exit.LOCAL_IO) from None
     return sha.hexdigest(), base64.b64encode(crc.digest()).decode("ascii")
 
 
@@ -320,8 +422,30 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--object", help="object name (default: models/<modelRepo>/<modelFile>)")
     parser.add_argument("--project-dir", type=Path, default=Path.cwd(), help="where Pulumi.yaml lives")
     parser.add_argument("--cache-dir", type=Path, help="downloads and upload state (~/.cache/qwen36-mtp-l4)")
-    parser.add_argument("--chunk-mib", type=int, default=DEFAULT_CHUNK_MIB, help="upload chunk size, MiB")
+    parser.add_argument(
+        "--chunk-mib", type=_chunk_mib, default=DEFAULT_CHUNK_MIB, help="upload chunk size, MiB (1-1024)"
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="stage a --from-file that is not a GGUF of modelArchitecture, or that the hub's record "
+        "contradicts (never past a pinned modelSha256)",
+    )
     parser.set_defaults(func=run)
+
+
+def _chunk_mib(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of MiB") from None
+    if not 1 <= value <= MAX_CHUNK_MIB:
+        raise argparse.ArgumentTypeError(
+            f"--chunk-mib {text}: must be a positive number of MiB up to {MAX_CHUNK_MIB}"
+        )
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -329,8 +453,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"stage: {line}", file=sys.stderr, flush=True)
 
     try:
-        if args.chunk_mib <= 0:
-            raise StageError(f"--chunk-mib {args.chunk_mib}: must be a positive number of MiB")
         stack = selected_stack(args.stack)
         cfg = load_stack_config(stack, args.project_dir)
         target = Target(args.bucket or stack_bucket(stack), args.object or object_name_for(cfg))
@@ -339,15 +461,19 @@ def run(args: argparse.Namespace) -> int:
             cache_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StageError(
-                f"cannot create the cache directory {cache_dir}: {exc.strerror} (--cache-dir)"
+                f"cannot create the cache directory {cache_dir}: {exc.strerror} (--cache-dir)", Exit.LOCAL_IO
             ) from None
         with _progress() as progress:
             outcome = stage(
-                cfg, target, args.from_file, cache_dir, args.chunk_mib * 1024 * 1024, say, progress
+                cfg,
+                target,
+                args.from_file,
+                cache_dir,
+                args.chunk_mib * 1024 * 1024,
+                say,
+                progress,
+                force=args.force,
             )
-    except StageError as exc:
-        say(f"error: {exc}")
-        return exc.exit_code
     except KeyboardInterrupt:
         say("interrupted; rerun the same command to resume")
         return EXIT_INTERRUPTED

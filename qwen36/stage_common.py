@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-EXIT_OK = 0
-EXIT_ERROR = 1
+from qwen36.errors import Exit, QwenError
+
+EXIT_OK = Exit.OK
+EXIT_ERROR = Exit.FAILED
 # The content is not the model the stack pins (a wrong sha256 or size, a bad upload).
-EXIT_VERIFY = 4
-EXIT_INTERRUPTED = 130
+EXIT_VERIFY = Exit.VERIFY
+EXIT_INTERRUPTED = Exit.INTERRUPTED
 
 # (bytes done, bytes total)
 ProgressCallback = Callable[[int, int], None]
@@ -24,12 +26,8 @@ BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 30.0
 
 
-class StageError(Exception):
+class StageError(QwenError):
     """A one-line reason the model was not staged, with the exit code the command returns for it."""
-
-    def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,12 @@ from typing import IO, Any
 from google.api_core import exceptions
 from google.auth.exceptions import DefaultCredentialsError
 from google.cloud import storage
+from google.cloud.storage.retry import DEFAULT_RETRY
 from google.resumable_media import common
 from google.resumable_media.requests import ResumableUpload
 from requests import exceptions as http_errors
 
+from qwen36.errors import Exit
 from qwen36.stage_common import EXIT_VERIFY, ProgressCallback, Say, StageError, Target, backoff_s
 
 CONTENT_TYPE = "application/octet-stream"
@@ -29,9 +31,11 @@ GCS_TIMEOUT_S = 120
 # the library's own retrying of one chunk, capped well below its 10-minute default.
 MAX_CHUNK_ATTEMPTS = 5
 CHUNK_RETRY_S = 60.0
-# The bucket check is the first request: one bounded try, so an unreachable GCS is named at once
-# instead of after the client's default two minutes of retries.
+# The bucket check is the first request: bounded, so an unreachable GCS is named within seconds
+# instead of after the client's default two minutes of retries, yet a transient 429/5xx or a
+# dropped connection is still retried (google-cloud-storage's own policy, with a shorter deadline).
 BUCKET_CHECK_TIMEOUT_S = 30
+BUCKET_RETRY_DEADLINE_S = 10.0
 
 
 def storage_client() -> storage.Client:
@@ -39,24 +43,33 @@ def storage_client() -> storage.Client:
         return storage.Client()
     except DefaultCredentialsError as exc:
         raise StageError(
-            f"no Google credentials ({exc}); run `gcloud auth application-default login`"
+            f"no Google credentials ({exc}); run `gcloud auth application-default login`",
+            Exit.NO_CREDENTIALS,
         ) from None
 
 
 def readable_bucket(client: storage.Client, name: str) -> storage.Bucket:
     """The bucket, checked up front: a wrong name or a missing permission fails before any download."""
     try:
-        return client.get_bucket(name, timeout=BUCKET_CHECK_TIMEOUT_S, retry=None)
+        retry = DEFAULT_RETRY.with_deadline(BUCKET_RETRY_DEADLINE_S)
+        return client.get_bucket(name, timeout=BUCKET_CHECK_TIMEOUT_S, retry=retry)
     except exceptions.NotFound:
         raise StageError(
-            f"bucket gs://{name} does not exist; deploy the stack first (`pulumi up`) or pass --bucket"
+            f"bucket gs://{name} does not exist; deploy the stack first (`pulumi up`) or pass --bucket",
+            Exit.NOT_FOUND,
         ) from None
     except exceptions.Forbidden as exc:
-        raise StageError(f"the credentials in use cannot read bucket gs://{name}: {exc.message}") from None
-    except (exceptions.GoogleAPIError, http_errors.RequestException, OSError) as exc:
         raise StageError(
-            f"cannot reach GCS to check bucket gs://{name} ({exc.__class__.__name__}: {exc}); "
-            "check the network or proxy and rerun"
+            f"the credentials in use cannot read bucket gs://{name}: {exc.message}", Exit.DENIED
+        ) from None
+    except (exceptions.GoogleAPIError, http_errors.RequestException, OSError) as exc:
+        # A spent retry carries the last failure as its cause: that is what to name.
+        last = exc.cause if isinstance(exc, exceptions.RetryError) and exc.cause is not None else exc
+        spent = f", retried for {BUCKET_RETRY_DEADLINE_S:g} s" if last is not exc else ""
+        raise StageError(
+            f"cannot reach GCS to check bucket gs://{name} ({last.__class__.__name__}: {last}){spent}; "
+            "check the network or proxy and rerun",
+            Exit.UNREACHABLE,
         ) from None
 
 
@@ -103,7 +116,9 @@ def _get_blob(bucket: storage.Bucket, name: str) -> storage.Blob | None:
     try:
         return bucket.get_blob(name, timeout=GCS_TIMEOUT_S)
     except (exceptions.GoogleAPIError, http_errors.RequestException, OSError) as exc:
-        raise StageError(f"cannot read gs://{bucket.name}/{name} ({exc.__class__.__name__}); rerun") from None
+        raise StageError(
+            f"cannot read gs://{bucket.name}/{name} ({exc.__class__.__name__}); rerun", Exit.UNREACHABLE
+        ) from None
 
 
 def state_file(cache_dir: Path, target: Target, sha256: str) -> Path:
@@ -137,7 +152,8 @@ def upload(
                 state.write_text(json.dumps({"uri": target.uri, "sha256": sha256, "size": size, "url": url}))
             except OSError as exc:
                 raise StageError(
-                    f"cannot keep the upload state in {state.parent}: {exc.strerror} (--cache-dir)"
+                    f"cannot keep the upload state in {state.parent}: {exc.strerror} (--cache-dir)",
+                    Exit.LOCAL_IO,
                 ) from None
             session = SessionUpload(url, stream, size, chunk_size)
         on_progress(resumed_at, size)
@@ -164,7 +180,8 @@ def _transmit(session: SessionUpload, transport: Any, size: int, on_progress: Pr
             if failures >= MAX_CHUNK_ATTEMPTS:
                 raise StageError(
                     f"upload stopped at byte {session.bytes_uploaded} of {size} after {failures} failures "
-                    f"({exc.__class__.__name__}: {exc}); rerun to resume from there"
+                    f"({exc.__class__.__name__}: {exc}); rerun to resume from there",
+                    Exit.UNREACHABLE,
                 ) from None
             time.sleep(backoff_s(failures))
         on_progress(session.bytes_uploaded, size)
@@ -181,7 +198,7 @@ def _new_session(
         )
     except (exceptions.GoogleAPIError, http_errors.RequestException, OSError) as exc:
         raise StageError(
-            f"cannot start the upload to {target.uri} ({exc.__class__.__name__}); rerun"
+            f"cannot start the upload to {target.uri} ({exc.__class__.__name__}); rerun", Exit.UNREACHABLE
         ) from None
     return url
 

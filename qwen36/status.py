@@ -14,13 +14,21 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from infra import boot_protocol
+from qwen36.errors import (
+    ApiError,
+    Exit,
+    MissingToolError,
+    NotFoundError,
+    QwenError,
+    UnreachableError,
+    UsageError,
+)
 from qwen36.group import ComputeApiReader, GroupTarget, Member
 
 API_KEY_ENV = "QWEN36_API_KEY"
@@ -38,11 +46,12 @@ RUNNING = "running"
 IDLE_STOPPED = "idle-stopped"
 REPAIRING = "preempted-and-repairing"
 STOCKED_OUT = "stocked-out"
+QUOTA_BLOCKED = "quota-blocked"
 STARTING = "starting"
 
 
-class StatusError(RuntimeError):
-    pass
+class StatusError(QwenError):
+    """A status or wake failure; the exit code says its cause (qwen36/errors.py)."""
 
 
 @dataclass(frozen=True)
@@ -70,17 +79,33 @@ def stack_outputs(stack: str) -> dict[str, Any]:
     """``pulumi stack output --json --show-secrets`` of ``stack`` (the API key is among them)."""
     pulumi = shutil.which("pulumi")
     if pulumi is None:
-        raise StatusError("the pulumi CLI is not on PATH; pass --project, --region and --group instead")
-    out = subprocess.run(
-        [pulumi, "stack", "output", "--json", "--show-secrets", "--stack", stack],
-        capture_output=True,
-        text=True,
-        timeout=PULUMI_TIMEOUT_S,
-        check=False,
-    )
+        raise MissingToolError("the pulumi CLI is not on PATH; pass --project, --region and --group instead")
+    try:
+        out = subprocess.run(
+            [pulumi, "stack", "output", "--json", "--show-secrets", "--stack", stack],
+            capture_output=True,
+            text=True,
+            timeout=PULUMI_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise UnreachableError(
+            f"`pulumi stack output --stack {stack}` took over {PULUMI_TIMEOUT_S} s (is the state backend "
+            "reachable? `pulumi whoami`); or pass --project, --region and --group"
+        ) from None
     if out.returncode != 0:
-        raise StatusError(f"pulumi stack output --stack {stack} failed: {out.stderr.strip()[:300]}")
-    return dict(json.loads(out.stdout))
+        last = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
+        raise NotFoundError(
+            f"`pulumi stack output --stack {stack}` failed ({last[:300]}); check the stack name "
+            "(`pulumi stack ls`), or pass --project, --region and --group"
+        )
+    try:
+        outputs = json.loads(out.stdout or "{}")
+    except json.JSONDecodeError:
+        raise StatusError(f"`pulumi stack output --json --stack {stack}` did not print JSON") from None
+    if not isinstance(outputs, dict):
+        raise StatusError(f"`pulumi stack output --json --stack {stack}` printed {type(outputs).__name__}")
+    return outputs
 
 
 def where_from(args: argparse.Namespace) -> Where:
@@ -88,21 +113,27 @@ def where_from(args: argparse.Namespace) -> Where:
         outputs = stack_outputs(args.stack)
         spec = outputs.get(STACK_OUTPUT)
         if not isinstance(spec, dict):
-            raise StatusError(f"stack {args.stack} has no {STACK_OUTPUT!r} output; run `pulumi up` first")
+            raise NotFoundError(f"stack {args.stack} has no {STACK_OUTPUT!r} output; run `pulumi up` first")
         urls = {k: str(outputs[k]) for k in ("webUiUrl", "apiBaseUrl") if outputs.get(k)}
-        return Where(
-            project=str(spec["project"]),
-            region=str(spec["region"]),
-            group=str(spec["group"]),
-            size=int(spec.get("size", 1)),
-            url=spec.get("url") or None,
-            timeout_minutes=float(spec.get("timeoutMinutes", 20)),
-            urls=urls,
-            api_key=os.environ.get(API_KEY_ENV) or outputs.get("apiKey") or None,
-        )
+        try:
+            return Where(
+                project=str(spec["project"]),
+                region=str(spec["region"]),
+                group=str(spec["group"]),
+                size=int(spec.get("size", 1)),
+                url=spec.get("url") or None,
+                timeout_minutes=float(spec.get("timeoutMinutes", 20)),
+                urls=urls,
+                api_key=os.environ.get(API_KEY_ENV) or outputs.get("apiKey") or None,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise NotFoundError(
+                f"stack {args.stack}'s {STACK_OUTPUT!r} output lacks {exc} (an older program?); "
+                "run `pulumi up`, or pass --project, --region and --group"
+            ) from None
     missing = [f"--{name}" for name in ("project", "region", "group") if not getattr(args, name)]
     if missing:
-        raise StatusError(f"give --stack, or {', '.join(missing)}")
+        raise UsageError(f"give --stack, or {', '.join(missing)}")
     return Where(
         project=args.project,
         region=args.region,
@@ -124,6 +155,8 @@ class GroupApi:
         from google.api_core.client_options import ClientOptions
         from google.cloud import compute_v1
 
+        from qwen36.retry import RetryingClient
+
         credentials = None
         if anonymous:
             from google.auth.credentials import AnonymousCredentials
@@ -133,10 +166,15 @@ class GroupApi:
         self.target = GroupTarget(project=where.project, region=where.region, group=where.group)
         options = ClientOptions(api_endpoint=endpoint) if endpoint else None
         kw: dict[str, Any] = {"transport": "rest", "client_options": options, "credentials": credentials}
-        self.groups = compute_v1.RegionInstanceGroupManagersClient(**kw)
+        self.groups = RetryingClient(
+            compute_v1.RegionInstanceGroupManagersClient(**kw),
+            "regionInstanceGroupManagers",
+            mutating=frozenset({"resize"}),
+        )
         # Its own client: the one ExtendedOperation polls with ignores client_options (it always
         # calls compute.googleapis.com), so it would escape a stand-in endpoint.
-        self.operations = compute_v1.RegionOperationsClient(**kw)
+        self.operations = RetryingClient(compute_v1.RegionOperationsClient(**kw), "regionOperations")
+        self._v1 = compute_v1
         self.where = where
         self._ids = {"project": where.project, "region": where.region, "instance_group_manager": where.group}
 
@@ -150,7 +188,10 @@ class GroupApi:
         is called again until DONE or the deadline.
         https://cloud.google.com/compute/docs/reference/rest/v1/regionOperations/wait
         """
-        name = str(self.groups.resize(**self._ids, size=size, timeout=COMPUTE_TIMEOUT_S).name)
+        # One requestId for every try (qwen36.retry): a resize GCE accepted but whose answer was
+        # lost is recognised when it is sent again, not applied twice.
+        request = self._v1.ResizeRegionInstanceGroupManagerRequest(**self._ids, size=size)
+        name = str(self.groups.resize(request=request, timeout=COMPUTE_TIMEOUT_S).name)
         deadline = time.monotonic() + timeout_s
         while True:
             op = self.operations.wait(
@@ -158,11 +199,14 @@ class GroupApi:
             )
             if op.error.errors:
                 errors = "; ".join(f"{e.code}: {e.message}" for e in op.error.errors)
-                raise StatusError(f"resize of {self.where.group} failed: {errors}")
+                raise ApiError(f"resize of {self.where.group} failed: {errors}")
             if op.status == op.Status.DONE:
                 return name
             if time.monotonic() >= deadline:
-                raise StatusError(f"resize operation {name} not done before the timeout")
+                raise StatusError(
+                    f"resize operation {name} not done before the timeout; `qwen36 status` "
+                    "shows whether it went through"
+                )
 
     def members(self) -> list[Member]:
         return self.reader.members(self.target)
@@ -177,12 +221,27 @@ def classify(target_size: int, members: list[Member]) -> Status:
     if target_size == 0:
         return Status(IDLE_STOPPED, "the group is at size 0 (idle autostop or a manual stop)")
     for m in members:
+        quota = [e for e in m.errors if e.quota]
+        if quota:
+            error = quota[0]
+            metric = f" {error.quota_metric}" if error.quota_metric else ""
+            return Status(
+                QUOTA_BLOCKED,
+                f"{m.name}: GCE cannot create it: quota{metric} exceeded ({error.message}); it will not "
+                "start until the limit is raised (console: IAM & Admin > Quotas)",
+                m,
+            )
         stockouts = [e.message for e in m.errors if e.stockout]
         if stockouts:
             return Status(STOCKED_OUT, f"{m.name}: {stockouts[0]} (the group keeps retrying)", m)
     if not members:
         return Status(STARTING, f"target size {target_size}; no member created yet")
     member = members[0]
+    if not member.status:
+        errors = "; ".join(f"{e.code}: {e.message}" for e in member.errors)
+        suffix = f"; last error {errors}" if errors else ""
+        action = member.action.lower() or "pending"
+        return Status(STARTING, f"{member.name} not created yet (action {action}){suffix}", member)
     if member.status == "RUNNING" and member.action == "NONE":
         return Status(RUNNING, f"{member.name} in {member.zone}", member)
     if member.action == "RECREATING" or member.status in DOWN_STATUSES:
@@ -203,7 +262,10 @@ def since_last_request(report: str | None, now: datetime) -> str:
     if last == "none":
         started = report.split(" ")[1]
         return f"no request since the watcher started (report of {started})"
-    at = datetime.strptime(last, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    try:
+        at = datetime.strptime(last, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return f"unreadable idle report {report[:80]!r}"
     minutes = max(0, int((now - at).total_seconds() // 60))
     return f"last request {minutes} min ago ({last})"
 
@@ -293,10 +355,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        where = where_from(args)
-        print(describe(GroupApi(where, args.compute_endpoint, args.anonymous)), flush=True)
-    except StatusError as exc:
-        print(f"status: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    where = where_from(args)
+    print(describe(GroupApi(where, args.compute_endpoint, args.anonymous)), flush=True)
+    return Exit.OK

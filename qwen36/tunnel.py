@@ -13,14 +13,18 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
 
+from qwen36.argtypes import port
+from qwen36.errors import Exit, MissingToolError, NotFoundError, QwenError, UnreachableError, UsageError
+
 PORT = 8080  # infra/server_args.PORT; infra (and pulumi) is not imported by the CLI
 LOCAL_HOST = "localhost"
 SERIAL_LINES = 400
-EXIT_NO_MEMBER = 1
+EXIT_NO_MEMBER = Exit.FAILED
 PULUMI_TIMEOUT_S = 60
 
 
@@ -41,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "tunnel", help="open an IAP tunnel to the server group's current member (localhost:8080)"
     )
     _common(tunnel)
-    tunnel.add_argument("--local-port", type=int, default=PORT)
+    tunnel.add_argument("--local-port", type=port, default=PORT)
     tunnel.set_defaults(func=run, verb="tunnel")
 
     ssh = subparsers.add_parser("ssh", help="SSH (through IAP) into the server group's current member")
@@ -57,24 +61,41 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     logs.set_defaults(func=run, verb="logs")
 
 
+def _pulumi(args: list[str], stack: str) -> str:
+    pulumi = shutil.which("pulumi")
+    command = shlex.join(["pulumi", *args])
+    if pulumi is None:
+        raise MissingToolError("the pulumi CLI is not on PATH; pass --project, --region and --group instead")
+    try:
+        done = subprocess.run(
+            [pulumi, *args], capture_output=True, text=True, timeout=PULUMI_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise UnreachableError(
+            f"`{command}` took over {PULUMI_TIMEOUT_S} s (is the state backend reachable? `pulumi whoami`)"
+        ) from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise NotFoundError(
+            f"`{command}` failed ({last[:300]}); check the stack name (`pulumi stack ls`), or pass "
+            "--project, --region and --group"
+        )
+    return done.stdout
+
+
 def stack_defaults(stack: str) -> dict[str, str]:
     """``groupName``/``region`` outputs and ``gcp:project`` of a Pulumi stack, through the pulumi CLI."""
-    outputs = json.loads(
-        subprocess.run(
-            ["pulumi", "stack", "output", "--json", "--stack", stack],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=PULUMI_TIMEOUT_S,
-        ).stdout
-    )
-    project = subprocess.run(
-        ["pulumi", "config", "get", "gcp:project", "--stack", stack],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=PULUMI_TIMEOUT_S,
-    ).stdout.strip()
+    try:
+        outputs = json.loads(_pulumi(["stack", "output", "--json", "--stack", stack], stack) or "{}")
+    except json.JSONDecodeError:
+        raise QwenError(f"`pulumi stack output --json --stack {stack}` did not print JSON") from None
+    missing = [k for k in ("region", "groupName") if not isinstance(outputs, dict) or not outputs.get(k)]
+    if missing:
+        raise NotFoundError(
+            f"stack {stack} has no {' or '.join(missing)} output; run `pulumi up` first, or pass "
+            "--project, --region and --group"
+        )
+    project = _pulumi(["config", "get", "gcp:project", "--stack", stack], stack).strip()
     return {"project": project, "region": str(outputs["region"]), "group": str(outputs["groupName"])}
 
 
@@ -99,8 +120,7 @@ def run(args: argparse.Namespace) -> int:
         values = {**stack_defaults(args.stack), **{k: v for k, v in values.items() if v}}
     missing = [f"--{k}" for k, v in values.items() if not v]
     if missing:
-        print(f"{args.verb}: needs {', '.join(missing)} (or --stack)", file=sys.stderr)
-        return 2
+        raise UsageError(f"needs {', '.join(missing)} (or --stack)")
     group = GroupTarget(project=values["project"], region=values["region"], group=values["group"])
     credentials = None
     if args.anonymous:
@@ -112,13 +132,12 @@ def run(args: argparse.Namespace) -> int:
     member = find_member(members)
     if member is None or not member.running:
         state = "no member" if member is None else f"{member.name} is {member.status or member.action}"
-        print(
-            f"{args.verb}: the group {group.group} has no RUNNING member now ({state}); GCE is bringing one "
+        raise QwenError(
+            f"the group {group.group} has no RUNNING member now ({state}); GCE is bringing one "
             f"up. Watch it with: gcloud compute instance-groups managed list-instances {group.group} "
             f"--region={group.region} --project={group.project}",
-            file=sys.stderr,
+            EXIT_NO_MEMBER,
         )
-        return EXIT_NO_MEMBER
     print(f"{args.verb}: {member.name} in {member.zone}", file=sys.stderr, flush=True)
     if args.verb == "logs" and args.serial:
         for line in reader.serial_tail(member.target(group.project), SERIAL_LINES):
@@ -132,5 +151,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _exec(argv: Sequence[str]) -> int:
+    if shutil.which(argv[0]) is None:
+        raise MissingToolError(
+            f"{argv[0]} is not installed (https://cloud.google.com/sdk/docs/install); --print shows the "
+            "command to run elsewhere"
+        )
     os.execvp(argv[0], list(argv))  # noqa: S606 (gcloud replaces this process and owns the terminal)
     return 0  # pragma: no cover

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
+
+from qwen36.argtypes import positive_float
+from qwen36.errors import Exit, QwenError, UsageError, as_error
 
 API_KEY_ENV = "QWEN36_API_KEY"
 MODES = ("http", "guest-attributes")
 # Mirrors qwen36.health's defaults; that module (httpx, the Compute client) loads only on run.
 DEFAULT_POLL_S = 5.0
 DEFAULT_HEARTBEAT_S = 30.0
-EXIT_NOT_READY = 1
+EXIT_NOT_READY = Exit.FAILED
+# The gate's own bound (infra/config.py healthTimeoutMinutes allows 1-120); a wait is never unbounded.
+MAX_TIMEOUT_MINUTES = 24 * 60
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,28 +35,33 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--group", help="the regional managed instance group's name")
     parser.add_argument("--zone", help="with --instance: wait on one plain VM (the tooling image's builder)")
     parser.add_argument("--instance", help="with --zone: the plain VM's name")
-    parser.add_argument("--timeout-minutes", type=float, required=True)
-    parser.add_argument("--poll-seconds", type=float, default=DEFAULT_POLL_S)
-    parser.add_argument("--heartbeat-seconds", type=float, default=DEFAULT_HEARTBEAT_S)
+    parser.add_argument("--timeout-minutes", type=positive_float, required=True)
+    parser.add_argument("--poll-seconds", type=positive_float, default=DEFAULT_POLL_S)
+    parser.add_argument("--heartbeat-seconds", type=positive_float, default=DEFAULT_HEARTBEAT_S)
     parser.add_argument(
         "--compute-endpoint", help="Compute API endpoint override (a local stand-in in tests)"
     )
     parser.add_argument(
         "--anonymous", action="store_true", help="no credentials (only for a local Compute API stand-in)"
     )
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, check=check)
+
+
+def check(args: argparse.Namespace) -> None:
+    if args.mode == "http" and not args.url:
+        raise UsageError("--mode http needs --url")
+    if args.url is not None and not args.url.startswith(("http://", "https://")):
+        raise UsageError(f"--url {args.url!r}: give an http:// or https:// URL")
+    if not (args.region and args.group) and not (args.zone and args.instance):
+        raise UsageError("needs --region and --group (a server group), or --zone and --instance")
+    if args.timeout_minutes > MAX_TIMEOUT_MINUTES:
+        raise UsageError(f"--timeout-minutes {args.timeout_minutes:g}: at most {MAX_TIMEOUT_MINUTES}")
 
 
 def run(args: argparse.Namespace) -> int:
     from qwen36.group import ComputeApiReader, GroupReader, GroupTarget, SingleVmReader, Target
     from qwen36.health import WaitFailed, WaitSettings, wait_ready
 
-    if args.mode == "http" and not args.url:
-        print("wait: --mode http needs --url", file=sys.stderr)
-        return 2
-    if not (args.region and args.group) and not (args.zone and args.instance):
-        print("wait: needs --region and --group (a server group), or --zone and --instance", file=sys.stderr)
-        return 2
     credentials = None
     if args.anonymous:
         from google.auth.credentials import AnonymousCredentials
@@ -63,8 +72,12 @@ def run(args: argparse.Namespace) -> int:
         reader = ComputeApiReader(api_endpoint=args.compute_endpoint, credentials=credentials)
     except Exception as exc:  # e.g. no application-default credentials on this machine
         if args.mode != "http":
-            print(f"wait: cannot read the server group through the Compute API: {exc}", file=sys.stderr)
-            return EXIT_NOT_READY
+            known = as_error(exc)
+            if known is None:
+                raise
+            raise QwenError(
+                f"cannot read the server group through the Compute API: {known.message}", known.exit_code
+            ) from exc
         print(f"wait: no Compute API access ({type(exc).__name__}); probing HTTP only", flush=True)
         reader = None
     if args.region and args.group:
@@ -87,17 +100,12 @@ def run(args: argparse.Namespace) -> int:
             emit=lambda line: print(line, flush=True),
         )
     except WaitFailed as exc:
-        print(exc, file=sys.stderr, flush=True)
-        return EXIT_NOT_READY
+        # The diagnosis (what the wait saw, where to look next) goes to stdout, then its first line
+        # is the one error line. `pulumi up` shows both: pulumi-command's local.Command reports a
+        # failed command with its stdout and stderr together
+        # (provider/pkg/provider/local/commandOutputs.go, "running %q:\n%s").
+        first, _, rest = str(exc).partition("\n")
+        if rest:
+            print(rest, flush=True)
+        raise QwenError(first, EXIT_NOT_READY) from None
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="qwen36")
-    register(parser.add_subparsers(required=True))
-    args = parser.parse_args(argv)
-    return int(args.func(args))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,15 +10,18 @@ not resized; the command then only waits. The API key comes from ``QWEN36_API_KE
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
+from qwen36.argtypes import int_range, positive_float
+from qwen36.errors import Exit, QwenError
 from qwen36.group import Member
 from qwen36.status import GroupApi, StatusError, Where, add_group_arguments, where_from
 
 DEFAULT_TIMEOUT_MINUTES = 20.0
 MEMBER_POLL_S = 5.0
-EXIT_NOT_READY = 1
+EXIT_NOT_READY = Exit.FAILED
+# infra/config.py's MAX_REPLICAS: a wake never asks for more servers than a stack may have.
+MAX_SIZE = 8
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,10 +31,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
     add_group_arguments(parser)
-    parser.add_argument("--size", type=int, default=1, help="members to bring back (the stack's replicas)")
+    parser.add_argument(
+        "--size",
+        type=int_range(1, MAX_SIZE),
+        default=1,
+        help=f"members to bring back, 1-{MAX_SIZE} (the stack's replicas)",
+    )
     parser.add_argument("--url", help="the server's base URL when this machine reaches it over HTTP")
-    parser.add_argument("--timeout-minutes", type=float, default=DEFAULT_TIMEOUT_MINUTES)
-    parser.add_argument("--poll-seconds", type=float, default=MEMBER_POLL_S, help=argparse.SUPPRESS)
+    parser.add_argument("--timeout-minutes", type=positive_float, default=DEFAULT_TIMEOUT_MINUTES)
+    parser.add_argument("--poll-seconds", type=positive_float, default=MEMBER_POLL_S, help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
 
 
@@ -42,7 +50,9 @@ def wait_for_member(api: GroupApi, deadline: float, poll_s: float) -> Member:
         if members:
             return members[0]
         if time.monotonic() >= deadline:
-            raise StatusError("the group created no member before the timeout; run `qwen36 status`")
+            raise StatusError(
+                "the group created no member before the timeout; run `qwen36 status`", Exit.FAILED
+            )
         time.sleep(poll_s)
 
 
@@ -73,24 +83,33 @@ def urls(where: Where) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     from qwen36.health import WaitFailed
 
-    try:
-        where = where_from(args)
-        api = GroupApi(where, args.compute_endpoint, args.anonymous)
-        deadline = time.monotonic() + where.timeout_minutes * 60
-        current = api.target_size()
-        if current >= where.size:
-            print(f"group {where.group} is already at size {current}; waiting for it to answer", flush=True)
-        else:
+    where = where_from(args)
+    api = GroupApi(where, args.compute_endpoint, args.anonymous)
+    deadline = time.monotonic() + where.timeout_minutes * 60
+    current = api.target_size()
+    if current >= where.size:
+        print(f"group {where.group} is already at size {current}; waiting for it to answer", flush=True)
+    else:
+        try:
             operation = api.resize(where.size, timeout_s=max(1.0, deadline - time.monotonic()))
-            print(
-                f"wake: resized group {where.group} from {current} to {where.size} ({operation})", flush=True
-            )
-        member = wait_for_member(api, deadline, args.poll_seconds)
-        print(f"wake: member {member.name} in {member.zone}", flush=True)
+        except QwenError as exc:
+            # The resize may have reached GCE before the answer was lost: say how to find out.
+            raise type(exc)(
+                f"{exc.message} (the resize may still have been accepted: `qwen36 status`)",
+                exc.exit_code,
+            ) from exc
+        print(f"wake: resized group {where.group} from {current} to {where.size} ({operation})", flush=True)
+    member = wait_for_member(api, deadline, args.poll_seconds)
+    print(f"wake: member {member.name} in {member.zone}", flush=True)
+    try:
         wait_until_ready(api, where, max(1.0, deadline - time.monotonic()), args.poll_seconds)
-    except (StatusError, WaitFailed) as exc:
-        print(f"wake: {exc}", file=sys.stderr, flush=True)
-        return EXIT_NOT_READY
+    except WaitFailed as exc:
+        # The gate's diagnosis is several lines (what it saw, where to look): it goes first, then
+        # the one error line.
+        first, _, rest = str(exc).partition("\n")
+        if rest:
+            print(rest, flush=True)
+        raise QwenError(first, Exit.FAILED) from None
     for key, value in urls(where).items():
         print(f"{key}: {value}", flush=True)
     return 0

@@ -9,28 +9,54 @@
 #   gcpkms secrets provider), which every later command opens with your application-default
 #   credentials: no passphrase to keep in an environment variable.
 #   https://www.pulumi.com/docs/iac/concepts/secrets/#configuring-secrets-encryption
+#
+# Exit codes are the CLI's (python -m qwen36.errors): 2 a bad argument, 3 no gcp:project, 5 no
+# credentials, 8 no such stack file, 9 a missing tool, 130 Ctrl-C; otherwise the preflight's or pulumi's.
 set -Eeuo pipefail
+shopt -s nullglob
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-STACK=${1:-dev}
-shift || true
+USAGE="usage: scripts/deploy.sh [stack] [pulumi up args...]   (stacks: the Pulumi.<stack>.yaml files here)"
 # The folder Pulumi.yaml's backend.url names, and where an earlier version kept a passphrase.
 STATE_DIR=$HOME/.qwen36-mtp-l4
 KMS_LOCATION=global
 KMS_KEY_RING=qwen36-mtp-l4
 KMS_KEY=pulumi-secrets
 log() { printf '%s [deploy] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
-die() { log "error: $*"; exit 1; }
+die() {
+  local code=$1
+  shift
+  log "error: $*" >&2
+  exit "$code"
+}
+trap 'log "error: interrupted (Ctrl-C)" >&2; exit 130' INT
 
-command -v pulumi >/dev/null || die "the Pulumi CLI is not installed: https://www.pulumi.com/docs/install/"
-command -v gcloud >/dev/null || die "gcloud is not installed: https://cloud.google.com/sdk/docs/install"
+stack_files() {
+  local files=(Pulumi.*.yaml) names=() f
+  for f in "${files[@]}"; do names+=("${f#Pulumi.}"); done
+  printf '%s' "${names[*]%.yaml}"
+}
+
+case "${1-}" in
+  -h | --help)
+    echo "$USAGE"
+    exit 0
+    ;;
+  -*) die 2 "the first argument is the stack (one of: $(stack_files)); pulumi up's flags go after it. $USAGE" ;;
+esac
+STACK=${1-dev}
+shift || true
+# Pulumi's rule for a stack name: letters, digits, '-', '_' and '.'.
+# https://www.pulumi.com/docs/iac/concepts/stacks/#create-stack
+[[ $STACK =~ ^[A-Za-z0-9._-]+$ ]] || die 2 "${STACK@Q} is not a stack name (letters, digits, '-', '_', '.'). $USAGE"
+
+command -v pulumi >/dev/null || die 9 "the Pulumi CLI is not installed: https://www.pulumi.com/docs/install/"
+command -v gcloud >/dev/null || die 9 "gcloud is not installed: https://cloud.google.com/sdk/docs/install"
 if [[ ! -f "Pulumi.$STACK.yaml" ]]; then
-  stacks=(Pulumi.*.yaml)
-  stacks=("${stacks[@]#Pulumi.}")
-  die "no stack file Pulumi.$STACK.yaml; stacks: ${stacks[*]%.yaml}"
+  die 8 "no stack file Pulumi.$STACK.yaml; stacks: $(stack_files)"
 fi
 gcloud auth application-default print-access-token >/dev/null 2>&1 \
-  || die "no application-default credentials: run 'gcloud auth application-default login'"
+  || die 5 "no application-default credentials: run 'gcloud auth application-default login'"
 # The project's venv with its pinned packages (the preflight, the health gate and Pulumi run in it)
 # and the `qwen36` command the outputs print (tunnel, wake, status...), linked onto PATH so that it
 # works from any shell. QWEN36_SKIP_CLI=1 skips it (a venv and command you manage yourself).
@@ -38,7 +64,7 @@ gcloud auth application-default print-access-token >/dev/null 2>&1 \
 # The preflight first (quotas, org policies, permissions: qwen36 check); QWEN36_SKIP_CHECK=1 skips it.
 PYTHON=.venv/bin/python && [[ -x $PYTHON ]] || PYTHON=python3
 [[ -n "${QWEN36_SKIP_CHECK:-}" ]] || "$PYTHON" -m qwen36 check --stack "$STACK" \
-  || die "the preflight found what would stop the deploy (the BLOCK lines above); fix them, then rerun"
+  || die 1 "the preflight found what would stop the deploy (the BLOCK lines above); fix them, then rerun"
 
 mkdir -p "$STATE_DIR/state" && chmod 700 "$STATE_DIR"
 
@@ -49,7 +75,9 @@ if pulumi stack select "$STACK" >/dev/null 2>&1; then
 fi
 if [[ -z "$project" ]]; then
   project=$(gcloud config get-value project 2>/dev/null || true)
-  [[ -n "$project" ]] || die "no project: run 'gcloud config set project <id>' (or: pulumi config set gcp:project <id> -s $STACK)"
+  # gcloud prints "(unset)" for a property that has no value.
+  [[ -n "$project" && "$project" != "(unset)" ]] \
+    || die 3 "no project: run 'gcloud config set project <id>' (or: pulumi config set gcp:project <id> -s $STACK)"
   log "using gcloud's project $project (pulumi config set gcp:project ... to change)"
 fi
 
@@ -69,7 +97,7 @@ if ! pulumi stack select "$STACK" >/dev/null 2>&1; then
   pulumi stack init "$STACK" --secrets-provider="$secrets_provider"
 elif grep -q '^encryptionsalt:' "Pulumi.$STACK.yaml"; then
   # A stack made by an earlier version of this script, with a passphrase kept beside the state.
-  [[ -f "$STATE_DIR/passphrase" ]] || die "stack $STACK uses a passphrase and $STATE_DIR/passphrase is gone; set PULUMI_CONFIG_PASSPHRASE and run: pulumi stack change-secrets-provider '$secrets_provider'"
+  [[ -f "$STATE_DIR/passphrase" ]] || die 1 "stack $STACK uses a passphrase and $STATE_DIR/passphrase is gone; set PULUMI_CONFIG_PASSPHRASE and run: pulumi stack change-secrets-provider '$secrets_provider'"
   log "moving stack $STACK's secrets from the passphrase to the KMS key"
   PULUMI_CONFIG_PASSPHRASE_FILE="$STATE_DIR/passphrase" pulumi stack change-secrets-provider "$secrets_provider"
 fi

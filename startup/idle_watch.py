@@ -59,6 +59,7 @@ from vm_agent import (
     read_metrics,
     request,
     utc,
+    utc_precise,
 )
 
 GAUGES = IN_FLIGHT
@@ -162,7 +163,8 @@ class Cloud:
 
     def resize_to_zero(self, group: Group, request_id: str) -> dict[str, object]:
         # The same requestId on every try: if a try reached GCE but its answer was lost, the retry is
-        # recognised as the same request rather than a second resize.
+        # recognised as the same request rather than a second resize. The tries are Watcher.stop's
+        # (bounded, logged), so this call itself is tried once.
         query = urllib.parse.urlencode({"size": 0, "requestId": request_id})
         url = f"{self.compute_url}{group.path()}/resize?{query}"
         status, body = request("POST", url, self._auth(), b"")
@@ -190,14 +192,21 @@ class Cloud:
         # https://cloud.google.com/logging/docs/reference/v2/rest/v2/entries/write
         try:
             labels = self.metadata.instance_labels()
+            # An insertId and a timestamp make a retried write safe: Logging treats entries with the
+            # same insertId and timestamp as duplicates of one another and keeps one.
+            # https://cloud.google.com/logging/docs/reference/v2/rest/v2/LogEntry (insertId)
             entry = {
                 "logName": f"projects/{labels['project_id']}/logs/{LOG_NAME}",
                 "resource": {"type": "gce_instance", "labels": labels},
                 "severity": severity,
                 "jsonPayload": payload,
+                "insertId": uuid.uuid4().hex,
+                "timestamp": utc_precise(time.time()),
             }
             body = json.dumps({"entries": [entry]}).encode()
-            status, answer = request("POST", f"{self.logging_url}/entries:write", self._auth(), body)
+            status, answer = request(
+                "POST", f"{self.logging_url}/entries:write", self._auth(), body, idempotent=True
+            )
             if status != 200:
                 log(f"warning: Cloud Logging entry not written ({status}: {answer[:200]!r})")
         except (OSError, AgentError, ValueError, KeyError) as exc:

@@ -100,6 +100,8 @@ def time_series_body(metric_type: str, labels: dict[str, str], value: int, end: 
 
 def publish(monitoring: str, project: str, token: str, body: dict[str, Any]) -> None:
     url = f"{monitoring}/v3/projects/{project}/timeSeries"
+    # Tried once: timeSeries.create has no request id that would make a repeat safe, and the next
+    # point follows within one interval (a missing point is not read as "idle").
     status, answer = request("POST", url, bearer(token), json.dumps(body).encode())
     if status != 200:
         raise AgentError(f"timeSeries.create answered {status}: {answer[:300].decode(errors='replace')}")

@@ -20,6 +20,15 @@ from pathlib import Path
 
 METADATA_URL = "http://metadata.google.internal"
 HTTP_TIMEOUT_S = 10.0
+# Transient answers of Google's APIs and the metadata server, retried with a doubling pause: 429
+# and 5xx (https://cloud.google.com/apis/design/errors#error_retries), and a dropped connection.
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+RETRY_ATTEMPTS = 4
+RETRY_PAUSE_S = 0.5
+RETRY_PAUSE_MAX_S = 8.0
+# Methods a retry cannot repeat the effect of; a POST is retried only when its caller says so
+# (a Logging entry with an insertId, a Compute call with a requestId).
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 # The access token is reused until this long before the metadata server says it expires.
 TOKEN_MARGIN_S = 60.0
 # llama-server's gauges of requests being processed and queued for a slot (tools/server /metrics).
@@ -41,21 +50,67 @@ def utc(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime(TIME_FORMAT)  # noqa: UP017 (3.10 on the VM)
 
 
+def utc_precise(ts: float) -> str:
+    """RFC 3339 with microseconds, as Cloud Logging's LogEntry.timestamp takes it."""
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # noqa: UP017
+
+
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def _exchange(
+    method: str, url: str, headers: dict[str, str], body: bytes | None, timeout: float
+) -> tuple[int, bytes, str]:
+    req = urllib.request.Request(url, data=body, method=method, headers=headers)  # noqa: S310
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (URLs from our arguments)
+            return int(resp.status), resp.read(), ""
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read(), exc.headers.get("Retry-After", "") if exc.headers else ""
+
+
+def _pause(attempt: int, retry_after: str) -> float:
+    """The pause before try ``attempt + 1``: the server's Retry-After (seconds) when it sent one,
+    else a doubling pause; never more than RETRY_PAUSE_MAX_S."""
+    try:
+        asked = float(retry_after)
+    except ValueError:
+        asked = -1.0
+    doubled = RETRY_PAUSE_S * 2 ** (attempt - 1)
+    return min(RETRY_PAUSE_MAX_S, asked if asked >= 0 else doubled)
+
+
 def request(
     method: str,
     url: str,
     headers: dict[str, str] | None = None,
     body: bytes | None = None,
     timeout: float = HTTP_TIMEOUT_S,
+    *,
+    idempotent: bool | None = None,
+    attempts: int = RETRY_ATTEMPTS,
 ) -> tuple[int, bytes]:
-    """One HTTP exchange bounded by ``timeout``: the status and body, an error status included; an
-    unreachable host or a timeout raises OSError."""
-    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})  # noqa: S310
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (URLs from our arguments)
-            return int(resp.status), resp.read()
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read()
+    """One HTTP call, each try bounded by ``timeout``: the status and body, an error status included;
+    an unreachable host or a timeout raises OSError once the tries are spent.
+
+    An idempotent call (GET, HEAD, PUT, DELETE, or ``idempotent=True``) is tried up to ``attempts``
+    times while it answers 429/5xx or the connection fails, pausing 0.5, 1, 2 s (or the server's
+    Retry-After, at most 8 s) between tries; any other call is tried once."""
+    repeatable = method in IDEMPOTENT_METHODS if idempotent is None else idempotent
+    tries = max(1, attempts) if repeatable else 1
+    for attempt in range(1, tries + 1):
+        try:
+            status, answer, retry_after = _exchange(method, url, headers or {}, body, timeout)
+        except OSError:
+            if attempt == tries:
+                raise
+            _sleep(_pause(attempt, ""))
+            continue
+        if status not in RETRY_STATUSES or attempt == tries:
+            return status, answer
+        _sleep(_pause(attempt, retry_after))
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -135,7 +190,8 @@ def read_metrics(url: str, key_file: Path | None, timeout: float = HTTP_TIMEOUT_
     headers = {}
     if key_file is not None:
         headers["Authorization"] = f"Bearer {key_file.read_text(encoding='utf-8').strip()}"
-    status, body = request("GET", url, headers, timeout=timeout)
+    # One try: the agents poll it again soon, and a server that does not answer is itself news.
+    status, body = request("GET", url, headers, timeout=timeout, attempts=1)
     if status != 200:
         raise AgentError(f"/metrics answered {status}")
     return body.decode()

@@ -1,20 +1,37 @@
 """The ``bench``, ``load`` and ``tune`` subcommands (registered into ``qwen36``).
 
-Exit status: 0 when everything was measured, 1 when an error stopped or spoiled the run (the
-partial results are printed first, then one ``error:`` line), 2 for unusable arguments.
+Exit status (qwen36/errors.py): 0 when everything was measured; when an error stopped or spoiled
+the run, the partial results are printed first, then one ``<command>: error:`` line and the code of
+its cause (1 a failed measurement, 6 a refused key, 7 no answer); 2 for unusable arguments, which
+include an output path that cannot be written (checked before the run). A report that still cannot
+be written at the end is kept under the cache folder, and the error line says where (11).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qwen36.argtypes import positive_float, writable_file
+from qwen36.errors import (
+    ConfigFileError,
+    DeniedError,
+    Exit,
+    LocalIOError,
+    MissingToolError,
+    QwenError,
+    UnreachableError,
+    UsageError,
+)
 from qwen36.measure.defaults import (
     DEFAULT_CLIENTS,
     DEFAULT_CTX_MAX,
@@ -37,6 +54,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from infra.config import StackConfig
+    from qwen36.measure.client import EndpointError
     from qwen36.measure.launcher import Launcher
     from qwen36.measure.tune import TuneResult
 
@@ -58,22 +76,37 @@ def _stderr() -> Console:
     return Console(stderr=True, soft_wrap=True)
 
 
-def _fail(message: str) -> int:
-    _stderr().print(f"error: {message}", markup=False, highlight=False)
-    return 1
+def _endpoint_failure(error: EndpointError, suffix: str = "") -> QwenError:
+    """The exit code of a measurement's failure by its kind (qwen36/errors.py's causes)."""
+    from qwen36.measure import client
+
+    message = error.message + suffix
+    if error.kind == client.UNAUTHORIZED:
+        return DeniedError(message)
+    if error.kind in (client.UNREACHABLE, client.TIMEOUT):
+        return UnreachableError(message)
+    return QwenError(message, Exit.FAILED)
 
 
 def _csv(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
     def parse(text: str) -> list[Any]:
         try:
-            return [kind(part) for part in text.split(",") if part.strip()]
+            values = [kind(part) for part in text.split(",") if part.strip()]
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list") from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"{text!r} lists no value")
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            raise argparse.ArgumentTypeError(f"{text!r} holds a value that is not a finite number")
+        return values
 
     return parse
 
 
 def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    if kind is float:
+        return positive_float
+
     def parse(text: str) -> Any:
         try:
             value = kind(text)
@@ -90,9 +123,12 @@ def _size(text: str) -> int:
     unit = text[-1:].upper() if text[-1:].upper() in _SIZE_UNITS else ""
     number = text[:-1] if unit else text
     try:
-        return int(float(number) * _SIZE_UNITS[unit])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 512M or 2G") from None
+        value = float(number) * _SIZE_UNITS[unit]
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(text)
+        return int(value)
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive size such as 512M or 2G") from None
 
 
 def _add_endpoint(parser: argparse.ArgumentParser) -> None:
@@ -106,22 +142,66 @@ def _add_endpoint(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_output(parser: argparse.ArgumentParser) -> None:
+def _add_output(parser: argparse.ArgumentParser, *, markdown: bool = True) -> None:
     parser.add_argument(
-        "--json", nargs="?", const="-", metavar="PATH", help="JSON document to stdout or PATH"
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="PATH",
+        type=writable_file(),
+        help="JSON document to stdout or PATH (checked before the run)",
     )
-    parser.add_argument(
-        "--markdown", nargs="?", const="-", metavar="PATH", help="Markdown table to stdout or PATH"
-    )
+    if markdown:
+        parser.add_argument(
+            "--markdown",
+            nargs="?",
+            const="-",
+            metavar="PATH",
+            type=writable_file(),
+            help="Markdown table to stdout or PATH (checked before the run)",
+        )
 
 
-def _emit(target: str | None, text: str) -> None:
-    if target is None:
-        return
-    if target == "-":
-        sys.stdout.write(text)
-    else:
-        Path(target).write_text(text)
+def fallback_dir() -> Path:
+    """Where a report that could not be written where asked is kept instead."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "qwen36-mtp-l4" / "reports"
+
+
+class _Reports:
+    """Writes each report where asked; one that cannot be written is kept in ``fallback_dir()`` (or,
+    failing that, printed to stdout), so a long run's results are never lost."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.kept: list[str] = []
+
+    def emit(self, target: str | None, text: str, suffix: str) -> None:
+        if target is None:
+            return
+        if target == "-":
+            sys.stdout.write(text)
+            return
+        try:
+            Path(target).write_text(text)
+        except OSError as exc:
+            self.kept.append(f"{target} ({exc.strerror or exc}): kept as {self._keep(text, suffix)}")
+
+    def _keep(self, text: str, suffix: str) -> str:
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        try:
+            folder = fallback_dir()
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"{self.command}-{stamp}-{os.getpid()}{suffix}"
+            path.write_text(text)
+            return str(path)
+        except OSError:
+            sys.stdout.write(text)
+            return "stdout (above)"
+
+    def check(self) -> None:
+        if self.kept:
+            raise LocalIOError("could not write " + "; ".join(self.kept))
 
 
 @contextmanager
@@ -141,6 +221,67 @@ def _progress(total: int | None, enabled: bool) -> Iterator[Callable[[str], None
         yield advance
 
 
+def _check_endpoint(args: argparse.Namespace) -> None:
+    """A given --url must be one httpx can send to; URLs from the environment or the stack are
+    checked when they are read (``endpoint.resolve``)."""
+    from qwen36.measure.endpoint import EndpointConfigError, check_url
+
+    if args.url is not None:
+        try:
+            check_url(args.url, "--url")
+        except EndpointConfigError as exc:
+            raise UsageError(exc.message) from None
+
+
+def _check_bench(args: argparse.Namespace) -> None:
+    _check_endpoint(args)
+    if not 1 <= args.reps <= MAX_REPS:
+        raise UsageError(f"--reps must be between 1 and {MAX_REPS} (one distinct prompt per repetition)")
+    if args.workloads is not None:
+        unknown = sorted(set(args.workloads) - set(WORKLOAD_NAMES))
+        if unknown:
+            raise UsageError(f"--workloads: unknown {unknown}; choose from {', '.join(WORKLOAD_NAMES)}")
+    if args.json == "-" and args.markdown == "-":
+        raise UsageError("--json and --markdown cannot both go to stdout; give one of them a PATH")
+
+
+def _check_load(args: argparse.Namespace) -> None:
+    _check_endpoint(args)
+    if args.requests is None and args.duration is None:
+        raise UsageError("bound the run with --requests N, --duration SECONDS, or both")
+    if args.group and not (args.region and args.project):
+        raise UsageError("--group needs --region and --project (the group is regional)")
+    if args.json == "-" and args.markdown == "-":
+        raise UsageError("--json and --markdown cannot both go to stdout; give one of them a PATH")
+
+
+def _check_tune(args: argparse.Namespace) -> None:
+    if args.ctx_min > args.ctx_max:
+        raise UsageError(f"--ctx-min {args.ctx_min} is above --ctx-max {args.ctx_max}")
+    if args.workloads is not None:
+        unknown = sorted(set(args.workloads) - set(WORKLOAD_NAMES))
+        if unknown:
+            raise UsageError(f"--workloads: unknown {unknown}; choose from {', '.join(WORKLOAD_NAMES)}")
+    if args.launcher == "local":
+        if args.model is None:
+            raise UsageError("--launcher local needs --model PATH (the GGUF file)")
+        if not args.model.is_file():
+            what = "a directory" if args.model.is_dir() else "no such file"
+            raise UsageError(f"--model {args.model}: {what}; pass the GGUF file")
+        if args.server_bin is not None and not (
+            args.server_bin.is_file() and os.access(args.server_bin, os.X_OK)
+        ):
+            if args.server_bin.is_dir():
+                what = "a directory; pass the llama-server binary itself"
+            elif not args.server_bin.exists():
+                what = "no such file"
+            else:
+                what = "not executable (chmod +x)"
+            raise UsageError(f"--server-bin {args.server_bin}: {what}")
+    if args.config is not None and not args.config.is_file():
+        raise UsageError(f"--config {args.config}: not a file (a Pulumi.<stack>.yaml)")
+
+
 def register(subparsers: Any) -> None:
     """Add ``bench``, ``load`` and ``tune`` to the project's CLI."""
     bench = subparsers.add_parser("bench", help="decode tok/s per workload, greedy, prompt cache off")
@@ -156,8 +297,10 @@ def register(subparsers: Any) -> None:
     )
     bench.add_argument("--workloads", type=_csv(str), help=f"subset of {','.join(WORKLOAD_NAMES)}")
     _add_output(bench)
-    bench.add_argument("--png", type=Path, help="also write a bar chart (needs matplotlib)")
-    bench.set_defaults(func=cmd_bench)
+    bench.add_argument(
+        "--png", type=writable_file(".png"), help="also write a bar chart to this .png (needs matplotlib)"
+    )
+    bench.set_defaults(func=cmd_bench, check=_check_bench)
 
     load = subparsers.add_parser("load", help="N concurrent clients; aggregate tok/s, latency, errors")
     _add_endpoint(load)
@@ -189,7 +332,7 @@ def register(subparsers: Any) -> None:
     fleet.add_argument("--compute-endpoint", help=argparse.SUPPRESS)  # a local Compute API stand-in
     fleet.add_argument("--anonymous", action="store_true", help=argparse.SUPPRESS)
     _add_output(load)
-    load.set_defaults(func=cmd_load)
+    load.set_defaults(func=cmd_load, check=_check_load)
 
     tune = subparsers.add_parser(
         "tune",
@@ -226,7 +369,7 @@ def register(subparsers: Any) -> None:
     tune.add_argument("--max-tokens", type=_positive(int), default=DEFAULT_MAX_TOKENS)
     tune.add_argument("--workloads", type=_csv(str))
     tune.add_argument("--timeout", type=_positive(float), default=DEFAULT_REQUEST_TIMEOUT_S)
-    tune.add_argument("--json", nargs="?", const="-", metavar="PATH")
+    _add_output(tune, markdown=False)
     cal = tune.add_argument_group(
         "calibrate", "--sweep calibrate: the boot's own calibration (startup/calibrate.py), run here"
     )
@@ -237,23 +380,18 @@ def register(subparsers: Any) -> None:
     cal.add_argument("--bucket", help="the model bucket (stack output modelBucket)")
     cal.add_argument("--model-sha256", help="the model file's sha256 (default: the config's, else hashed)")
     cal.add_argument("--gpu", nargs=3, metavar=("NAME", "DRIVER", "ECC"), help="default: from nvidia-smi")
-    tune.set_defaults(func=cmd_tune)
+    tune.set_defaults(func=cmd_tune, check=_check_tune)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from qwen36.measure import report
     from qwen36.measure.bench import run_bench
     from qwen36.measure.client import Client
-    from qwen36.measure.endpoint import EndpointConfigError, resolve
+    from qwen36.measure.endpoint import resolve
     from qwen36.measure.workloads import select
 
-    try:
-        workloads = select(args.workloads)
-        endpoint = resolve(args.url, args.api_key, stack=args.stack)
-    except (ValueError, EndpointConfigError) as exc:
-        return _fail(str(exc))
-    if not 1 <= args.reps <= MAX_REPS:
-        return _fail(f"--reps must be between 1 and {MAX_REPS} (one distinct prompt per repetition)")
+    workloads = select(args.workloads)
+    endpoint = resolve(args.url, args.api_key, stack=args.stack)
     machine_output = "-" in (args.json, args.markdown)
     with (
         Client(endpoint.url, endpoint.api_key, args.timeout) as client,
@@ -262,34 +400,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
         result = run_bench(client, workloads, reps=args.reps, max_tokens=args.max_tokens, on_request=advance)
     if not machine_output and result.measured:
         _stdout().print(report.bench_table(result))
-    _emit(args.json, json.dumps(report.bench_json(result), indent=2) + "\n")
-    _emit(args.markdown, report.bench_markdown(result))
+    reports = _Reports("bench")
+    reports.emit(args.json, json.dumps(report.bench_json(result), indent=2) + "\n", ".json")
+    reports.emit(args.markdown, report.bench_markdown(result), ".md")
     warn = _stderr()
     if not machine_output and (line := report.server_line(result)) is not None:
         _stdout().print(line, markup=False, highlight=False)
     for note in result.notes:
         warn.print(f"note: {note}", markup=False, highlight=False)
-    if args.png is not None and (problem := report.bench_png(result, args.png)):
+    if args.png is not None and (problem := report.bench_png(result, Path(args.png))):
         warn.print(f"note: {problem}", markup=False, highlight=False)
     if result.error is not None:
         done = f" (partial results: {result.completed} of {result.planned} requests measured)"
-        return _fail(result.error.message + (done if result.completed else ""))
+        raise _endpoint_failure(result.error, done if result.completed else "")
+    reports.check()
     return 0
 
 
 def cmd_load(args: argparse.Namespace) -> int:
     from qwen36.measure import report
-    from qwen36.measure.endpoint import EndpointConfigError, resolve
+    from qwen36.measure.client import EndpointError
+    from qwen36.measure.endpoint import resolve
     from qwen36.measure.load import run_load
 
-    if args.requests is None and args.duration is None:
-        return _fail("bound the run with --requests N, --duration SECONDS, or both")
-    if args.group and not (args.region and args.project):
-        return _fail("--group needs --region and --project (the group is regional)")
-    try:
-        endpoint = resolve(args.url, args.api_key, stack=args.stack)
-    except EndpointConfigError as exc:
-        return _fail(str(exc))
+    endpoint = resolve(args.url, args.api_key, stack=args.stack)
     servers = None
     if args.group:
         from qwen36.measure.fleet_size import GroupSize
@@ -308,7 +442,15 @@ def cmd_load(args: argparse.Namespace) -> int:
                 credentials=credentials,
             )
         except Exception as exc:  # e.g. no application-default credentials on this machine
-            return _fail(f"cannot read the group through the Compute API ({exc}); run without --group")
+            from qwen36.errors import as_error
+
+            known = as_error(exc)
+            if known is None:
+                raise
+            raise QwenError(
+                f"cannot read the group through the Compute API ({known.message}); run without --group",
+                known.exit_code,
+            ) from exc
     # A duration-bound run has no known total: the bar then just pulses.
     with _progress(args.requests, enabled=True) as advance:
         result = run_load(
@@ -319,24 +461,36 @@ def cmd_load(args: argparse.Namespace) -> int:
         )  # fmt: skip
     if "-" not in (args.json, args.markdown) and result.startup_error is None:
         _stdout().print(report.load_table(result))
-    _emit(args.json, json.dumps(report.load_json(result), indent=2) + "\n")
-    _emit(args.markdown, report.load_markdown(result))
+    reports = _Reports("load")
+    reports.emit(args.json, json.dumps(report.load_json(result), indent=2) + "\n", ".json")
+    reports.emit(args.markdown, report.load_markdown(result), ".md")
     if result.startup_error is not None:
-        return _fail(result.startup_error.message)
+        raise _endpoint_failure(result.startup_error)
     if result.errors_by_kind:
         first = next(iter(result.error_messages.values()))
         counts = ", ".join(f"{k} {n}" for k, n in result.errors_by_kind.items())
         stopped = ", stopped sending early" if result.stopped_early else ""
         failed = sum(result.errors_by_kind.values())
-        return _fail(f"{failed} of {result.sent} requests failed ({counts}{stopped}): {first}")
+        message = f"{failed} of {result.sent} requests failed ({counts}{stopped}): {first}"
+        # A run stopped by a refused key or an unreachable server ends with that cause's code.
+        kind = result.stopped_early or ""
+        raise _endpoint_failure(EndpointError(kind, message)) if kind else QwenError(message)
+    reports.check()
     return 0
 
 
 def _read_stack_file(path: Path) -> dict[str, Any]:
     import yaml
 
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigFileError(f"{path} is not valid YAML ({exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigFileError(f"cannot read {path} ({exc})") from None
     raw = data.get("config", {}) if isinstance(data, dict) else {}
+    if not isinstance(raw, dict):
+        raise ConfigFileError(f"{path}: its 'config' is not a mapping of keys to values")
     # Secrets ({"secure": ...}) are ciphertext here and none of them sets a server flag.
     return {k: v for k, v in raw.items() if not isinstance(v, dict)}
 
@@ -358,14 +512,18 @@ def make_launcher(args: argparse.Namespace) -> Launcher:
 
     if args.launcher == "local":
         if args.model is None:
-            raise ValueError("--launcher local needs --model PATH (the GGUF file)")
+            raise UsageError("--launcher local needs --model PATH (the GGUF file)")
         binary = args.server_bin or (Path(found) if (found := shutil.which("llama-server")) else None)
         if binary is None:
-            raise ValueError("no llama-server on PATH: pass --server-bin")
+            raise MissingToolError("no llama-server on PATH: pass --server-bin")
         return LocalLauncher(binary, args.model, api_key=args.api_key, memory_limit_bytes=args.memory_limit)
+    if shutil.which("docker") is None:
+        raise MissingToolError(
+            "the docker launcher needs docker on PATH (tune runs on the VM), or --launcher local"
+        )
     model_dir = args.model_dir or VM_MODEL_DIR
     if not model_dir.is_dir():
-        raise ValueError(f"no model folder {model_dir}: run tune on the VM, or pass --model-dir")
+        raise UsageError(f"no model folder {model_dir}: run tune on the VM, or pass --model-dir")
     key_file = args.api_key_file or (VM_API_KEY_FILE if VM_API_KEY_FILE.is_file() else None)
     return DockerLauncher(model_dir, api_key_file=key_file)
 
@@ -429,27 +587,53 @@ def run_tune(
     return result
 
 
+def _check_sweeps(args: argparse.Namespace) -> None:
+    """Each swept value must be within its config key's own range before any server starts. Only
+    the key's range: whether a value fits beside the others is what the sweep measures."""
+    from typing import Annotated
+
+    from pydantic import TypeAdapter, ValidationError
+
+    from infra.config import StackConfig, config_key
+
+    sweeps = args.sweep or list(DEFAULT_SWEEPS)
+    swept = {
+        "n-max": ("spec_draft_n_max", args.n_max),
+        "p-min": ("spec_draft_p_min", args.p_min),
+        "parallel": ("parallel", args.parallel),
+        "ctx": ("ctx_size", [args.ctx_min, args.ctx_max]),
+    }
+    for sweep, (field, values) in swept.items():
+        if sweep not in sweeps:
+            continue
+        info = StackConfig.model_fields[field]
+        adapter: TypeAdapter[Any] = TypeAdapter(Annotated[info.annotation, *info.metadata])  # type: ignore[arg-type]
+        for value in values:
+            try:
+                adapter.validate_python(value, strict=True)
+            except ValidationError as exc:
+                reason = exc.errors()[0]["msg"]
+                flag = "--ctx-min/--ctx-max" if sweep == "ctx" else f"--{sweep}"
+                raise UsageError(f"{flag} {value!r}: {reason} ({config_key(field)})") from None
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
-    from infra.config import ConfigError
     from qwen36.measure import report
-    from qwen36.measure.workloads import select
 
     if args.sweep and "calibrate" in args.sweep:
         return cmd_calibrate(args)
-    try:
-        base = base_config(args.config, args.set)
-        launcher = make_launcher(args)
-        select(args.workloads)
-    except (ConfigError, ValueError, OSError) as exc:
-        return _fail(str(exc))
+    _check_sweeps(args)
+    base = base_config(args.config, args.set)
+    launcher = make_launcher(args)
     err = _stderr()
     result = run_tune(
         args, launcher, base, lambda label: err.print(f"tune: {label}", markup=False, highlight=False)
     )
+    reports = _Reports("tune")
     if args.json == "-":
         sys.stdout.write(json.dumps(report.tune_json(result), indent=2) + "\n")
     else:
-        _emit(args.json, json.dumps(report.tune_json(result), indent=2) + "\n")
+        reports.emit(args.json, json.dumps(report.tune_json(result), indent=2) + "\n", ".json")
         out = _stdout()
         report.print_tables(out, report.tune_tables(result))
         for note in result.notes:
@@ -466,7 +650,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if (problem := result.config_problem()) is not None:
             out.print(f"note: with these values `pulumi up` would refuse the config: {problem}", markup=False)
     if not result.winners and not any(t.ok for t in result.fusion):
-        return _fail("no setting could be measured: see the FAILED rows above")
+        raise QwenError("no setting could be measured: see the FAILED rows above")
+    reports.check()
     return 0
 
 
@@ -474,36 +659,32 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     """The calibration the first boot of a key runs, here; with --write-verdict its verdict is the
     one every later boot and fleet member reads (written the boot's way: temporary object, check,
     promotion over the generation read)."""
-    from infra.config import ConfigError
     from qwen36.measure import tune
 
     if len(args.sweep) > 1:
-        return _fail("--sweep calibrate runs alone (it measures n-max, fusion and GPU sampling itself)")
+        raise UsageError("--sweep calibrate runs alone (it measures n-max, fusion and GPU sampling itself)")
     if args.write_verdict and not args.bucket:
-        return _fail("--write-verdict needs --bucket (the stack output modelBucket)")
-    try:
-        base = base_config(args.config, args.set)
-        runner = tune.calibration_runner(args, base)
-        key = tune.calibration_key(args, base)
-    except (ConfigError, ValueError, OSError) as exc:
-        return _fail(str(exc))
+        raise UsageError("--write-verdict needs --bucket (the stack output modelBucket)")
+    base = base_config(args.config, args.set)
+    runner = tune.calibration_runner(args, base)
+    key = tune.calibration_key(args, base)
     err = _stderr()
     doc = tune.run_calibration(
         base, runner, key, budget_s=args.budget, max_tokens=args.max_tokens,
         say=lambda line: err.print(f"tune: {line}", markup=False, highlight=False),
     )  # fmt: skip
     calibrate = tune.startup_calibrate()
-    if args.json == "-":
-        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
-    else:
-        _emit(args.json, json.dumps(doc, indent=1) + "\n")
+    reports = _Reports("tune")
+    reports.emit(args.json, json.dumps(doc, indent=1) + "\n", ".json")
+    if args.json != "-":
         print(calibrate.table(doc))
     if doc["winner"] is None:
-        return _fail("no candidate was measured to the end: see the table")
+        raise QwenError("no candidate was measured to the end: see the table")
     if args.write_verdict:
         try:
             uri = tune.write_verdict(doc, base, args.bucket)
-        except (calibrate.GcsError, calibrate.ConflictError, OSError) as exc:
-            return _fail(f"the verdict was not written: {exc}")
+        except (calibrate.GcsError, calibrate.ConflictError) as exc:
+            raise QwenError(f"the verdict was not written: {exc}") from None
         print(f"verdict written to {uri}: every boot of this key uses it from now on")
+    reports.check()
     return 0

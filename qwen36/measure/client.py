@@ -6,6 +6,8 @@ and whose message is one line: what happened, then what to do.
 
 from __future__ import annotations
 
+import json
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -86,22 +88,53 @@ def parse_completion(payload: Any, wall_s: float) -> Completion:
             "the server answered without llama.cpp 'timings': point --url at a llama-server, "
             "not another OpenAI-compatible proxy",
         )
+    try:
+        return _completion(timings, wall_s)
+    except (TypeError, ValueError, OverflowError):
+        raise EndpointError(
+            BAD_RESPONSE,
+            f"the server's 'timings' are not numbers ({json.dumps(timings, default=str)[:160]}): "
+            "point --url at a llama-server",
+        ) from None
+
+
+def _completion(timings: dict[str, Any], wall_s: float) -> Completion:
     draft_n = timings.get("draft_n")
     accepted = timings.get("draft_n_accepted")
     predicted_n = int(timings.get("predicted_n", 0))
-    rate = float(timings["predicted_per_second"])
+    rate = _finite(timings["predicted_per_second"])
     # predicted_ms is in every llama-server's timings; derived from the rate should one lack it.
     fallback_ms = predicted_n / rate * 1000.0 if rate > 0 else 0.0
     return Completion(
         prompt_n=int(timings.get("prompt_n", 0)),
-        prompt_per_second=float(timings.get("prompt_per_second", 0.0)),
+        prompt_per_second=_finite(timings.get("prompt_per_second", 0.0)),
         predicted_n=predicted_n,
         predicted_per_second=rate,
         draft_n=int(draft_n) if draft_n is not None else None,
         draft_n_accepted=int(accepted) if accepted is not None else None,
         wall_s=wall_s,
-        predicted_ms=float(timings.get("predicted_ms", fallback_ms)),
+        predicted_ms=_finite(timings.get("predicted_ms", fallback_ms)),
     )
+
+
+def _finite(value: Any) -> float:
+    """A JSON number as a float; a string, a bool, NaN or infinity is refused (ValueError)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(value)
+    return float(value)
+
+
+def json_body(response: httpx.Response) -> Any:
+    """The response's JSON, or an EndpointError naming what came instead (an HTML page, text)."""
+    try:
+        return response.json()
+    except ValueError:
+        kind = response.headers.get("content-type", "no content type").split(";")[0]
+        raise EndpointError(
+            BAD_RESPONSE,
+            f"the server answered {response.status_code} with {kind}, not JSON "
+            f"({response.text[:60]!r}): point --url at a llama-server",
+        ) from None
 
 
 def status_error(response: httpx.Response, *, has_key: bool) -> EndpointError:
@@ -180,9 +213,12 @@ class Client:
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
             response = self._http.request(method, path, **kwargs)
+        except httpx.InvalidURL as exc:
+            raise EndpointError(UNREACHABLE, f"{self.url} is not a usable URL ({exc}): check --url") from None
         except httpx.TransportError as exc:
+            timeout_s = float(kwargs.get("timeout", self.timeout_s))
             raise transport_error(
-                exc, url=self.url, seen_alive=self.seen_alive, timeout_s=self.timeout_s
+                exc, url=self.url, seen_alive=self.seen_alive, timeout_s=timeout_s
             ) from None
         self.seen_alive = True
         if response.status_code != 200:
@@ -199,20 +235,31 @@ class Client:
 
     def slot_context(self) -> int:
         """Tokens one slot can hold (``meta.n_ctx`` of /v1/models: per slot, capped at n_ctx_train)."""
-        data = self._request("GET", "/v1/models").json()
-        return int(data["data"][0]["meta"]["n_ctx"])
+        data = json_body(self._request("GET", "/v1/models"))
+        try:
+            return int(data["data"][0]["meta"]["n_ctx"])
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise EndpointError(
+                BAD_RESPONSE, "/v1/models has no meta.n_ctx: is this a llama-server?"
+            ) from None
 
     def tokenize(self, text: str) -> list[int]:
-        return [int(t) for t in self._request("POST", "/tokenize", json={"content": text}).json()["tokens"]]
+        data = json_body(self._request("POST", "/tokenize", json={"content": text}))
+        try:
+            return [int(t) for t in data["tokens"]]
+        except (KeyError, TypeError, ValueError):
+            raise EndpointError(
+                BAD_RESPONSE, "/tokenize answered without tokens: is this a llama-server?"
+            ) from None
 
     def chat(self, prompt: str, max_tokens: int) -> Completion:
         start = time.perf_counter()
         response = self._request("POST", "/v1/chat/completions", json=chat_body(prompt, max_tokens))
-        return parse_completion(response.json(), time.perf_counter() - start)
+        return parse_completion(json_body(response), time.perf_counter() - start)
 
     def complete_tokens(self, tokens: list[int], max_tokens: int) -> Completion:
         """A raw-token completion: exact prompt length, for filling a slot's context."""
         body = {"prompt": tokens, "n_predict": max_tokens, "temperature": 0, "cache_prompt": False}
         start = time.perf_counter()
         response = self._request("POST", "/completion", json=body)
-        return parse_completion(response.json(), time.perf_counter() - start)
+        return parse_completion(json_body(response), time.perf_counter() - start)

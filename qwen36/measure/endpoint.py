@@ -8,6 +8,9 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from qwen36.errors import Exit, QwenError
 
 URL_ENV = "QWEN36_URL"
 API_KEY_ENV = "QWEN36_API_KEY"
@@ -17,8 +20,30 @@ URL_OUTPUTS = ("apiBaseUrl", "webUiUrl")
 KEY_OUTPUT = "apiKey"
 
 
-class EndpointConfigError(Exception):
+class EndpointConfigError(QwenError):
     """No usable URL; the message says where to get one."""
+
+    exit_code = Exit.USAGE
+
+
+def check_url(url: str, source: str) -> str:
+    """``url`` if httpx can send to it: http(s), a host, a valid port. A bare ``host:port`` gets
+    ``http://`` (as ``normalize_url`` does); any other scheme is refused rather than prefixed."""
+    text = url.strip()
+    if not text:
+        raise EndpointConfigError(f"{source} is empty; give the server's URL, e.g. http://localhost:8080")
+    candidate = text if "://" in text else f"http://{text}"
+    try:
+        parts = urlsplit(candidate)
+        port = parts.port
+    except ValueError as exc:
+        raise EndpointConfigError(f"{source} {url!r} is not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https"):
+        raise EndpointConfigError(f"{source} {url!r}: only http:// and https:// URLs are served here")
+    if not parts.hostname:
+        raise EndpointConfigError(f"{source} {url!r} names no host")
+    del port  # parsed only to refuse a bad one
+    return text
 
 
 @dataclass(frozen=True)
@@ -41,7 +66,8 @@ def stack_outputs(root: Path, stack: str | None = None) -> dict[str, object]:
     if pulumi is None:
         raise EndpointConfigError(
             "the pulumi CLI is not installed, so the endpoint cannot be read from the stack outputs: "
-            f"pass --url and --api-key (or set {URL_ENV} and {API_KEY_ENV})"
+            f"pass --url and --api-key (or set {URL_ENV} and {API_KEY_ENV})",
+            Exit.MISSING_TOOL,
         )
     command = [pulumi, "stack", "output", "--json", "--show-secrets"]
     if stack:
@@ -53,17 +79,21 @@ def stack_outputs(root: Path, stack: str | None = None) -> dict[str, object]:
     except subprocess.TimeoutExpired:
         raise EndpointConfigError(
             f"'pulumi stack output' took over {STACK_OUTPUT_TIMEOUT_S} s: "
-            "check `pulumi whoami`, or pass --url"
+            "check `pulumi whoami`, or pass --url",
+            Exit.UNREACHABLE,
         ) from None
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no error text"])[-1]
         raise EndpointConfigError(
-            f"'pulumi stack output' failed ({last}): select a stack (pulumi stack select) or pass --url"
+            f"'pulumi stack output' failed ({last}): select a stack (pulumi stack select) or pass --url",
+            Exit.NOT_FOUND,
         )
     try:
         outputs = json.loads(result.stdout or "{}")
     except json.JSONDecodeError:
-        raise EndpointConfigError("'pulumi stack output --json' did not print JSON: pass --url") from None
+        raise EndpointConfigError(
+            "'pulumi stack output --json' did not print JSON: pass --url", Exit.FAILED
+        ) from None
     return outputs if isinstance(outputs, dict) else {}
 
 
@@ -78,9 +108,9 @@ def resolve(
     env = os.environ if environ is None else environ
     key = api_key or env.get(API_KEY_ENV) or None
     if url:
-        return Endpoint(url, key, "--url")
+        return Endpoint(check_url(url, "--url"), key, "--url")
     if env.get(URL_ENV):
-        return Endpoint(env[URL_ENV], key, URL_ENV)
+        return Endpoint(check_url(env[URL_ENV], URL_ENV), key, URL_ENV)
     root = project_root((cwd or Path.cwd()).resolve())
     if root is None:
         raise EndpointConfigError(
@@ -91,7 +121,11 @@ def resolve(
     found = next((str(outputs[name]) for name in URL_OUTPUTS if outputs.get(name)), None)
     if found is None:
         raise EndpointConfigError(
-            "the stack has no apiBaseUrl output yet: run `pulumi up` first, or pass --url"
+            "the stack has no apiBaseUrl output yet: run `pulumi up` first, or pass --url", Exit.NOT_FOUND
         )
     stack_key = outputs.get(KEY_OUTPUT)
-    return Endpoint(found, key or (str(stack_key) if stack_key else None), "pulumi stack output")
+    return Endpoint(
+        check_url(found, "the stack's apiBaseUrl output"),
+        key or (str(stack_key) if stack_key else None),
+        "pulumi stack output",
+    )

@@ -39,9 +39,16 @@ class GroupSize:
         from google.api_core.client_options import ClientOptions
         from google.cloud import compute_v1
 
+        from qwen36.retry import RetryingClient
+
         options = ClientOptions(api_endpoint=api_endpoint) if api_endpoint else None
-        self._client = compute_v1.RegionInstanceGroupManagersClient(
-            transport="rest", client_options=options, credentials=credentials
+        # A transient error is retried within qwen36.retry's bounds (the count is read in a thread
+        # beside the run, which records a failed read and goes on).
+        self._client = RetryingClient(
+            compute_v1.RegionInstanceGroupManagersClient(
+                transport="rest", client_options=options, credentials=credentials
+            ),
+            "regionInstanceGroupManagers",
         )
         self.project, self.region, self.group = project, region, group
 

@@ -404,7 +404,7 @@ def run_calibration(
         key, plan, lambda c: list(entries[(c.n_max, c.gpu_sampling)]), runner,
         budget_s=budget_s or calibrate.DEFAULT_BUDGET_S, max_tokens=max_tokens, say=say,
     )  # fmt: skip
-    return result.verdict(writer="python -m qwen36 tune --sweep calibrate")
+    return result.verdict(writer="qwen36 tune --sweep calibrate")
 
 
 def write_verdict(doc: dict[str, Any], base: StackConfig, bucket: str) -> str:

@@ -81,7 +81,7 @@ def test_script_is_shebang_config_lib_model_path_and_verbatim_body() -> None:
 def test_server_arguments_come_from_the_single_flag_source(
     tmp_path: Path, api_key_secret: str | None
 ) -> None:
-    cfg = StackConfig(tools=["read_file"], degraded_ctx_size=4096)
+    cfg = StackConfig(tools=["read_file"], degraded_ctx_size=4096, door=False)
     script = _render(cfg, api_key_secret=api_key_secret)
     key_file = CONTAINER_API_KEY_FILE if api_key_secret else None
     model_path = container_model_path(cfg)
@@ -122,7 +122,7 @@ def test_rendered_script_is_shellcheck_clean(tmp_path: Path, api_key_secret: str
     path = tmp_path / "startup.sh"
     # Real names only: a hostile one draws SC2016 ("won't expand in single quotes"), which is the point
     # of quoting it (test_hostile_values_stay_literal runs that case in bash).
-    path.write_text(_render(StackConfig(tools=["all"]), api_key_secret=api_key_secret))
+    path.write_text(_render(StackConfig(tools=["all"], door=False), api_key_secret=api_key_secret))
     result = _shellcheck(path)
     assert result.returncode == 0, result.stdout
 
@@ -137,8 +137,8 @@ def test_rendering_does_not_depend_on_the_process(tmp_path: Path) -> None:
     """Two interpreters with different hash seeds write the same bytes (a changed script replaces the VM)."""
     code = (
         "import sys; from infra.config import StackConfig; from infra.boot_script import render_boot_script; "
-        "sys.stdout.write(render_boot_script(StackConfig(tools=['all', 'read_file']), bucket='b', "
-        "api_key_secret='k', project='p'))"
+        "sys.stdout.write(render_boot_script(StackConfig(tools=['all', 'read_file'], door=False), "
+        "bucket='b', api_key_secret='k', project='p'))"
     )
     outputs = {
         subprocess.run(

@@ -10,6 +10,7 @@ import hashlib
 import json
 import random
 import socket
+import struct
 import threading
 import uuid
 from collections.abc import Iterator
@@ -39,12 +40,31 @@ class Blob:
     size: int
 
 
+def gguf_header(architecture: str = "qwen35moe") -> bytes:
+    """The start of a GGUF file: magic, version 3, no tensors, one metadata pair naming the
+    architecture (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md). ``stage`` reads no
+    further than this, so the rest of a test file can be random."""
+    key, value = b"general.architecture", architecture.encode()
+    return (
+        b"GGUF"
+        + struct.pack("<IQQ", 3, 0, 1)
+        + struct.pack("<Q", len(key))
+        + key
+        + struct.pack("<IQ", 8, len(value))
+        + value
+    )
+
+
 def _write_random(path: Path, size: int, seed: int) -> Blob:
-    """Incompressible, reproducible bytes, written a block at a time (no size-sized buffer in memory)."""
+    """A GGUF header of the stack's architecture, then incompressible, reproducible bytes, written a
+    block at a time (no size-sized buffer in memory)."""
     digest = hashlib.sha256()
     rng = random.Random(seed)
     with path.open("wb") as handle:
-        written = 0
+        header = gguf_header()
+        handle.write(header)
+        digest.update(header)
+        written = len(header)
         while written < size:
             chunk = rng.randbytes(min(MIB, size - written))
             handle.write(chunk)
@@ -129,6 +149,12 @@ def proxy(emulator: Emulator, monkeypatch: pytest.MonkeyPatch) -> Iterator[Count
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", counting.url)
     yield counting
     counting.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_real_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reaches huggingface.co: the hub is a closed loopback port unless ``hub`` serves one."""
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
 
 
 @pytest.fixture

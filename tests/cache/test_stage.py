@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from qwen36.__main__ import main
-from qwen36.stage_common import EXIT_ERROR, EXIT_VERIFY
+from qwen36.errors import Exit
+from qwen36.stage_common import EXIT_VERIFY
 from tests.cache.conftest import REPO_ROOT, SUBPROCESS_TIMEOUT_S, Blob, Gcs
 from tests.cache.hf_server import HfServer
 from tests.cache.proxy import CountingProxy
@@ -166,15 +167,17 @@ def test_wrong_size_in_config_is_refused(
     assert f"expected {small_file.size + 1} bytes (modelSizeBytes), the file has {small_file.size}" in out
 
 
-def test_without_sha256_in_config_the_computed_one_is_staged(
-    gcs: Gcs, small_file: Blob, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_without_sha256_in_config_the_hubs_record_is_checked_then_staged(
+    gcs: Gcs, hub: HfServer, small_file: Blob, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    hub.add_file(DEFAULT_REPO, DEFAULT_FILE, small_file.path)
     project = _project(tmp_path)
 
     code, out = _stage(capsys, project, "--from-file", str(small_file.path), "--bucket", gcs.bucket.name)
 
     assert code == 0, out
-    assert f"staging its computed sha256 {small_file.sha256}" in out
+    assert f"matches the hub's {DEFAULT_REPO}@main/{DEFAULT_FILE} (sha256 {small_file.sha256})" in out
+    assert hub.cdn_requests() == [], "only the metadata is read, never the file"
     blob = gcs.bucket.get_blob(OBJECT)
     assert blob is not None
     assert blob.metadata == {"sha256": small_file.sha256, "size": str(small_file.size)}
@@ -205,7 +208,7 @@ def test_missing_bucket_is_named(
         capsys, _project(tmp_path), "--from-file", str(small_file.path), "--bucket", "nope-bucket"
     )
 
-    assert code == EXIT_ERROR
+    assert code == Exit.NOT_FOUND
     assert (
         "bucket gs://nope-bucket does not exist; deploy the stack first (`pulumi up`) or pass --bucket" in out
     )
@@ -216,7 +219,7 @@ def test_unreadable_bucket_is_named(
 ) -> None:
     code, out = _stage(capsys, _project(tmp_path), "--from-file", str(small_file.path), "--bucket", "locked")
 
-    assert code == EXIT_ERROR
+    assert code == Exit.DENIED
     assert "the credentials in use cannot read bucket gs://locked" in out
 
 
@@ -227,7 +230,7 @@ def test_bucket_from_stack_output_needs_the_pulumi_cli(
 
     code, out = _stage(capsys, _project(tmp_path), "--from-file", str(small_file.path))
 
-    assert code == EXIT_ERROR
+    assert code == Exit.MISSING_TOOL
     assert "the Pulumi CLI is not installed, so the bucket (--bucket NAME) is unknown" in out
 
 
@@ -261,9 +264,9 @@ def test_unknown_stack_and_bad_config_are_named(tmp_path: Path, capsys: pytest.C
     missing = main(["stage", "--stack", "other", "--project-dir", str(project), "--bucket", "b"])
     missing_out = capsys.readouterr().err
 
-    assert code == EXIT_ERROR
+    assert code == Exit.CONFIG
     assert "Pulumi.test.yaml: qwen36-mtp-l4:modelSha256" in out
-    assert missing == EXIT_ERROR
+    assert missing == Exit.NOT_FOUND
     assert "no Pulumi.other.yaml" in missing_out
 
 

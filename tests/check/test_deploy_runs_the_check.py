@@ -71,7 +71,7 @@ def test_a_blocker_stops_the_deploy_before_any_pulumi_command(repo: Path) -> Non
         "python -m qwen36 check --stack dev",
     ]
     assert "BLOCK quota GPUS_ALL_REGIONS: limit 0 (the stub check)" in done.stdout
-    assert done.stdout.rstrip().endswith(
+    assert done.stderr.rstrip().endswith(
         "[deploy] error: the preflight found what would stop the deploy (the BLOCK lines above); fix them, "
         "then rerun"
     )

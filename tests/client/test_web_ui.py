@@ -255,7 +255,9 @@ def test_the_prompt_check_fails_when_the_key_is_off(
 ) -> None:
     """The argument list with the key turned off gives an open UI, which the tests above reject."""
     args = local_args(
-        deployed_server_args(StackConfig(api_key=False)), model=tiny_mtp_model_agreeing, key_file=key_file
+        deployed_server_args(StackConfig(api_key=False, door=False)),
+        model=tiny_mtp_model_agreeing,
+        key_file=key_file,
     )
     assert "--api-key-file" not in args
     pg, traffic = page

@@ -72,6 +72,26 @@ class Call:
     """The group's clock at arrival."""
 
 
+HANG = "hang"
+DROP = "drop"
+# The request takes effect, then the connection closes before the answer: the case requestId is for.
+APPLIED_THEN_DROP = "applied-then-drop"
+
+
+@dataclass
+class Fault:
+    """One injected failure: the next ``times`` requests whose method is ``method`` and whose path ends
+    with ``suffix`` get ``status`` (an HTTP code with Google's error body, ``DROP``: the connection
+    closed with no answer, ``HANG``: no answer until the fake stops)."""
+
+    method: str
+    suffix: str
+    status: int | str
+    times: int = 1
+    retry_after: str | None = None
+    """A ``Retry-After`` header on the error answer (429/503), in seconds."""
+
+
 @dataclass
 class FakeGroup:
     """A regional managed instance group whose state follows ``timeline`` [(from time, state)] on
@@ -86,6 +106,8 @@ class FakeGroup:
     """What a resize up creates (a test edits it to stage a stockout or a report)."""
     resize_failures: list[int] = field(default_factory=list)
     """HTTP statuses of errors for the next resize calls, in order; once empty, resizes succeed."""
+    faults: list[Fault] = field(default_factory=list)
+    """Failures to inject, each taken by the first request it matches (``Fault``)."""
     calls: list[Call] = field(default_factory=list)
     operations: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The operations resizes started, by name."""
@@ -93,7 +115,8 @@ class FakeGroup:
     """Called with the new size after each resize that changed the group (the door's tests start or
     stop the real llama-server from it, as the group creates or deletes the member)."""
     request_ids: dict[str, str] = field(default_factory=dict)
-    """The operation each resize's ``requestId`` started: a repeated requestId is the same request."""
+    """requestId -> the operation it started: a repeated requestId starts nothing new, as GCE
+    documents (regionInstanceGroupManagers/resize, ``requestId``)."""
     _operation_numbers: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -130,6 +153,32 @@ class FakeGroup:
     def reads(self, suffix: str) -> list[float]:
         """Clock times of the requests whose path ends with ``suffix``."""
         return [c.t for c in self.calls if c.path.endswith(suffix)]
+
+    def take_fault(self, method: str, path: str) -> Fault | None:
+        with self._lock:
+            for fault in self.faults:
+                if (
+                    fault.times > 0
+                    and fault.method == method
+                    and path.endswith(fault.suffix)
+                    and fault.status != APPLIED_THEN_DROP
+                ):
+                    fault.times -= 1
+                    return fault
+        return None
+
+    def take_applied_then_drop(self, method: str, path: str) -> bool:
+        with self._lock:
+            for fault in self.faults:
+                if (
+                    fault.times > 0
+                    and fault.status == APPLIED_THEN_DROP
+                    and fault.method == method
+                    and path.endswith(fault.suffix)
+                ):
+                    fault.times -= 1
+                    return True
+        return False
 
     def take_resize_failure(self) -> int | None:
         with self._lock:

@@ -8,6 +8,7 @@ decoding and error mapping stay the clients' own. Every request is recorded on t
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
@@ -16,11 +17,14 @@ from urllib.parse import parse_qs, urlparse
 
 from infra import boot_protocol
 from tests.compute_fake import shapes
-from tests.compute_fake.group import Call, FakeGroup, FakeMember
+from tests.compute_fake.group import DROP, HANG, Call, FakeGroup, FakeMember
 from tests.harness.loopback import serve_on_loopback
 
+# How long a HANG fault holds its request: past any client timeout, ended early when the fake stops.
+HANG_S = 600.0
 
-def _handler(group: FakeGroup) -> type[BaseHTTPRequestHandler]:
+
+def _handler(group: FakeGroup, stopping: threading.Event) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: object) -> None:
             pass
@@ -45,8 +49,34 @@ def _handler(group: FakeGroup) -> type[BaseHTTPRequestHandler]:
             group.record(Call(self.command, url.path, query, body, headers, group.clock()))
             return url.path, query
 
+        def _faulted(self, path: str) -> bool:
+            """Answers an injected fault, if one matches; True when it did."""
+            fault = group.take_fault(self.command, path)
+            if fault is None:
+                return False
+            if fault.status == HANG:
+                stopping.wait(HANG_S)
+                self.close_connection = True
+            elif fault.status == DROP:
+                self.close_connection = True
+            else:
+                # Google's error body for the status (https://cloud.google.com/apis/design/errors)
+                status = int(fault.status)
+                reason = {429: "rateLimitExceeded", 503: "backendError"}.get(status, "backendError")
+                data = json.dumps(shapes.error(status, reason, shapes.BACKEND_ERROR_MESSAGE)).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                if fault.retry_after is not None:
+                    self.send_header("Retry-After", fault.retry_after)
+                self.end_headers()
+                self.wfile.write(data)
+            return True
+
         def do_GET(self) -> None:
             path, query = self._record()
+            if self._faulted(path):
+                return
             operations = f"{group.region_path}/operations/"
             if path == group.path:
                 self._json(200, shapes.instance_group_manager(group, group.state()))
@@ -59,11 +89,13 @@ def _handler(group: FakeGroup) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             path, query = self._record()
+            if self._faulted(path):
+                return
             operations = f"{group.region_path}/operations/"
             if path == f"{group.path}/listManagedInstances":
                 self._json(200, shapes.managed_instances(group, group.state().members))
             elif path == f"{group.path}/resize":
-                self._resize(int(query["size"][0]), query.get("requestId", [""])[0])
+                self._resize(int(query["size"][0]), query.get("requestId", [""])[0], path)
             elif path.startswith(operations) and path.endswith("/wait"):
                 self._operation(path, path.removeprefix(operations).removesuffix("/wait"))
             else:
@@ -94,22 +126,28 @@ def _handler(group: FakeGroup) -> type[BaseHTTPRequestHandler]:
             else:
                 self._not_found(path)
 
-        def _resize(self, size: int, request_id: str) -> None:
+        def _resize(self, size: int, request_id: str, path: str) -> None:
             # https://cloud.google.com/compute/docs/reference/rest/v1/regionInstanceGroupManagers/resize
-            # requestId: a retried request with the same ID is recognised as the original one and
-            # ignored once that was received (the method's reference, parameter requestId): the fake
-            # answers the first request's operation and changes nothing.
-            if request_id and request_id in group.request_ids:
-                self._json(200, group.operations[group.request_ids[request_id]])
-                return
             failure = group.take_resize_failure()
             if failure is not None:
                 self._json(failure, shapes.error(failure, "backendError", shapes.BACKEND_ERROR_MESSAGE))
+                return
+            # requestId: "if you must retry your request, the server will know to ignore the request
+            # if it has already been completed" (the same page, query parameters). What GCE answers
+            # the ignored request is not spelled out; the fake answers the first operation, and the
+            # client only needs an operation name to wait on (DONE either way).
+            if request_id and request_id in group.request_ids:
+                self._json(200, group.operations[group.request_ids[request_id]])
                 return
             operation = shapes.resize_operation(group, group.resize(size))
             group.operations[operation["name"]] = operation
             if request_id:
                 group.request_ids[request_id] = operation["name"]
+            if group.take_applied_then_drop("POST", path):
+                self.close_connection = True
+                if group.on_resize is not None:
+                    group.on_resize(size)
+                return
             self._json(200, operation)
             if group.on_resize is not None:
                 group.on_resize(size)
@@ -129,5 +167,12 @@ def _handler(group: FakeGroup) -> type[BaseHTTPRequestHandler]:
 def fake_compute_api(group: FakeGroup) -> Iterator[str]:
     """Serves ``group`` on a free loopback port; yields the endpoint for ``ClientOptions(api_endpoint=)``
     (``<endpoint>/compute/v1`` is the REST base)."""
-    with serve_on_loopback(_handler(group)) as endpoint:
-        yield endpoint
+    stopping = threading.Event()
+    try:
+        with serve_on_loopback(_handler(group, stopping)) as endpoint:
+            try:
+                yield endpoint
+            finally:
+                stopping.set()
+    finally:
+        stopping.set()

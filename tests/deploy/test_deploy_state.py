@@ -146,8 +146,8 @@ def test_without_a_project_the_script_says_which_command_sets_one(world: World) 
         timeout=60,
         check=False,
     )
-    assert done.returncode == 1
-    assert "gcloud config set project" in done.stdout + done.stderr
+    assert done.returncode == 3  # qwen36/errors.py Exit.CONFIG
+    assert "gcloud config set project" in done.stderr
 
 
 def test_the_kms_key_is_made_once(world: World) -> None:

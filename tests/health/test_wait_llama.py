@@ -137,6 +137,9 @@ def test_wrong_api_key_is_not_ready_and_never_printed(
         ):
             stdout, stderr = waiter.communicate(timeout=CLI_TIMEOUT_S)
     assert waiter.returncode == 1
-    assert "key-rejected" in stderr and "startup-script: qwen36: phase=ready" in stderr
-    assert "gcloud compute instances get-serial-port-output" in stderr
+    # One error line on stderr; the diagnosis above it on stdout (pulumi up shows both).
+    (line,) = stderr.splitlines()
+    assert line.startswith("wait: error: llama-server is not ready: ")
+    assert "key-rejected" in stdout and "startup-script: qwen36: phase=ready" in stdout
+    assert "gcloud compute instances get-serial-port-output" in stdout
     assert wrong not in stdout + stderr and API_KEY not in stdout + stderr

@@ -78,7 +78,7 @@ def test_started_once_with_the_watcher_and_the_key(tmp_path: Path) -> None:
 
 
 def test_no_key_file_without_an_api_key(tmp_path: Path) -> None:
-    _, log, _ = _run(tmp_path, StackConfig(api_key=False), calls=1, api_key=False)
+    _, log, _ = _run(tmp_path, StackConfig(api_key=False, door=False), calls=1, api_key=False)
     (run,) = [line for line in log if line.startswith("systemd-run ")]
     assert "--key-file" not in run
     assert "--idle-minutes 30" in run

@@ -104,6 +104,9 @@ def test_silence_leads_to_exactly_one_stop(
     assert "last request none" in stop.detail and re.search(r"idle \d+\.\d min", stop.detail)
     (entry,) = cloud.logging.entries
     assert entry["logName"] == "projects/acme-llm-test/logs/qwen36-autostop"
+    # An insertId and a timestamp: what makes the write safe to retry (Logging dedups on both).
+    assert re.fullmatch(r"[0-9a-f]{32}", entry["insertId"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", entry["timestamp"])
     assert entry["resource"] == {
         "type": "gce_instance",
         "labels": {

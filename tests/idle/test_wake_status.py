@@ -14,6 +14,7 @@ from qwen36.__main__ import main
 from qwen36.group import GroupError, Member
 from qwen36.status import (
     IDLE_STOPPED,
+    QUOTA_BLOCKED,
     REPAIRING,
     RUNNING,
     STARTING,
@@ -200,7 +201,11 @@ def test_status_without_a_group_names_what_is_missing(capsys: pytest.CaptureFixt
             ],
             STOCKED_OUT,
         ),
-        ([Member("m", "z", "", "CREATING", (GroupError("QUOTA_EXCEEDED", "GPUS_ALL_REGIONS"),))], STARTING),
+        # Issue 21: a quota-blocked group was shown as "starting: m is , action CREATING".
+        (
+            [Member("m", "z", "", "CREATING", (GroupError("QUOTA_EXCEEDED", "GPUS_ALL_REGIONS"),))],
+            QUOTA_BLOCKED,
+        ),
     ],
 )
 def test_classify(members: list[Member], state: str) -> None:

@@ -120,3 +120,28 @@ def _valid_bucket_name(name: str) -> bool:
         and not name.startswith("goog")
         and re.search(r"g[o0]{2}g[l1]e", name) is None
     )
+
+
+def test_access_says_a_named_risk_first() -> None:
+    """Issue 21: exposeServerTools / exposeWithoutApiKey are refused unless set, and then said plainly."""
+    # Without a key there is no door (it never runs open): the VM's own port, for sourceRanges.
+    risky = cfg_for(
+        tools=["exec_shell_command"],
+        exposeServerTools=True,
+        apiKey=False,
+        exposeWithoutApiKey=True,
+        door=False,
+        sourceRanges=["198.51.100.7/32"],
+    )
+    access = plain_outputs(risky, place_for())["access"]
+    assert access.startswith(
+        "WARNING: server-side tools (exec_shell_command) are on and sourceRanges 198.51.100.7/32 can "
+        "reach them: whoever gets in can run commands and write files on the VM "
+        "(exposeServerTools: true). WARNING: there is no API key"
+    )
+    tools_at_the_door = cfg_for(tools=["exec_shell_command"], exposeServerTools=True)
+    assert plain_outputs(tools_at_the_door, place_for(door_url="https://d.run.app"))["access"].startswith(
+        "WARNING: server-side tools (exec_shell_command) are on and the front door (on the internet, "
+        "door: true) can reach them"
+    )
+    assert "WARNING" not in plain_outputs(cfg_for(), place_for())["access"]

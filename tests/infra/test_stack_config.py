@@ -15,10 +15,16 @@ from infra.config import (
     G2_MACHINE_TYPES,
     ConfigError,
     StackConfig,
+    covers_public_internet,
     deployment_name,
     parse_config,
     require_gcp_project,
 )
+
+PUBLIC_PIECES = (
+    "1.0.0.0/8", "2.0.0.0/7", "4.0.0.0/6", "8.0.0.0/7", "11.0.0.0/8", "12.0.0.0/6", "16.0.0.0/4",
+    "32.0.0.0/3", "64.0.0.0/2", "128.0.0.0/1",
+)  # fmt: skip
 
 # key -> (bad value, a fragment the message must contain to say what is allowed)
 INVALID: dict[str, tuple[str, Any, str]] = {
@@ -55,6 +61,25 @@ INVALID: dict[str, tuple[str, Any, str]] = {
     "cidr-host-bits": ("sourceRanges", ["10.0.0.1/8"], "CIDR"),
     "cidr-v6": ("sourceRanges", ["2001:db8::/32"], "IPv4"),
     "public-without-opt-in": ("sourceRanges", ["0.0.0.0/0"], "allowPublicInternet"),
+    # Issue 21: two halves of the internet are the internet.
+    "public-in-halves": ("sourceRanges", ["0.0.0.0/1", "128.0.0.0/1"], "allowPublicInternet"),
+    # Every public address, around the private 10.0.0.0/8: still the whole internet.
+    "public-in-pieces": ("sourceRanges", [*PUBLIC_PIECES], "allowPublicInternet"),
+    # Issue 21: what the default front door makes reachable from the internet.
+    "tools-behind-the-door": ("tools", ["exec_shell_command", "write_file"], "exposeServerTools"),
+    "keyless-behind-the-door": (
+        "apiKey",
+        False,
+        "door: false to reach the server only through an IAP tunnel",
+    ),
+    "ctx-beyond-the-l4": ("ctxSize", 262144, "at most 63744"),
+    "ctx-just-beyond-the-l4": ("ctxSize", 65536, "at most 63744"),
+    "empty-image-family": ("imageFamily", "", "non-empty"),
+    "empty-image-project": ("imageProject", "", "non-empty"),
+    "empty-revision": ("modelRevision", "", "non-empty"),
+    "blank-revision": ("modelRevision", " ", "non-empty"),
+    "architecture": ("modelArchitecture", "Qwen 3", "general.architecture"),
+    "max-tokens-negative": ("defaultMaxTokens", -1, "0"),
     "bool": ("apiKey", "yes", "boolean"),
     "bool-keep": ("keepModelBucket", "maybe", "boolean"),
     "timeout": ("healthTimeoutMinutes", 0, "1"),
@@ -84,7 +109,15 @@ def test_invalid_value_names_key_value_and_what_is_allowed(case: str, as_cli_pas
     [
         {"door": False, "sourceRanges": ["0.0.0.0/0"], "allowPublicInternet": True},
         {"threads": 8, "provisioningModel": "STANDARD", "bootDiskType": "pd-balanced"},
-        {"machineType": "g2-standard-16", "threads": 16, "tools": ["read_file"]},
+        {"machineType": "g2-standard-16", "threads": 16, "tools": ["read_file"], "door": False},
+        {"tools": ["all"], "door": False, "sourceRanges": ["35.235.240.0/20"]},
+        {"tools": ["all"], "exposeServerTools": True},
+        {"apiKey": False, "exposeWithoutApiKey": True, "door": False, "sourceRanges": ["198.51.100.7/32"]},
+        {"apiKey": False, "door": False},
+        {"ctxSize": 63744},
+        {"ctxSize": 77056, "specDraftNMax": 0},
+        {"ctxSize": 56320, "specDraftNMax": 3},
+        {"sourceRanges": ["0.0.0.0/1"], "door": False},
         {"region": "asia-southeast1", "zones": ["asia-southeast1-b"], "specDraftPMin": 0.5},
         {
             "region": "europe-west4",
@@ -92,7 +125,7 @@ def test_invalid_value_names_key_value_and_what_is_allowed(case: str, as_cli_pas
             "replicas": 2,
             "sourceRanges": ["198.51.100.7/32"],
         },
-        {"modelSizeBytes": 200 * 1024**3, "bootDiskSizeGb": 260},
+        {"modelSizeBytes": 20 * 1024**3, "bootDiskSizeGb": 80, "ctxSize": 8192},
     ],
 )
 def test_valid_combinations_are_accepted(overrides: dict[str, Any]) -> None:
@@ -205,6 +238,13 @@ PLAUSIBLE = {
     "sourceRanges": st.lists(cidrs, max_size=3),
     "allowPublicInternet": st.booleans(),
     "tools": st.lists(st.sampled_from(["all", "read_file", "rm"]), max_size=2),
+    "apiKey": st.booleans(),
+    "door": st.booleans(),
+    "exposeServerTools": st.booleans(),
+    "exposeWithoutApiKey": st.booleans(),
+    "specDraftNMax": st.integers(-1, 17),
+    "modelRevision": st.sampled_from(["main", "", " ", "abc123"]),
+    "defaultMaxTokens": st.integers(-1, 300000),
 }
 
 
@@ -222,6 +262,146 @@ def test_loader_on_plausible_values_accepts_or_raises_config_error(
         assert all(zone.startswith(f"{cfg.region}-") for zone in cfg.zones)
         assert cfg.replicas >= 1 and cfg.min_boot_disk_gb <= cfg.boot_disk_size_gb
         assert "0.0.0.0/0" not in cfg.source_ranges or cfg.allow_public_internet
+        assert not covers_public_internet(cfg.source_ranges) or cfg.allow_public_internet
+        assert cfg.ctx_size <= cfg.max_ctx_size
+        if cfg.reachable_beyond_iap:
+            assert not cfg.tools or cfg.expose_server_tools
+            assert cfg.api_key or cfg.expose_without_api_key
+
+
+# --- issue 21: the holes a new user found, each closed with the key, the value and what is allowed -----
+
+
+def _error(bag: dict[str, Any]) -> ConfigError:
+    with pytest.raises(ConfigError) as err:
+        parse_config({f"{PROJECT}:{k}": v for k, v in bag.items()})
+    return err.value
+
+
+def test_a_remote_shell_for_anyone_is_refused_even_with_allow_public_internet() -> None:
+    """The exact config of the report: tools, no key, the whole internet, and the opt-in for it."""
+    err = _error(
+        {
+            "tools": ["exec_shell_command", "write_file"],
+            "apiKey": False,
+            "sourceRanges": ["0.0.0.0/0"],
+            "allowPublicInternet": True,
+        }
+    )
+    assert str(err) == (
+        "qwen36-mtp-l4:tools: ['exec_shell_command', 'write_file']: server-side tools run commands and "
+        "write files on the VM for anyone who reaches the endpoint, and the front door (on the internet, "
+        "door: true) can; set exposeServerTools: true to mean it, or reach the server only through IAP "
+        "(door: false and empty sourceRanges)"
+    )
+    err = _error(
+        {
+            "tools": ["exec_shell_command"],
+            "exposeServerTools": True,
+            "apiKey": False,
+            "door": False,
+            "sourceRanges": ["0.0.0.0/0"],
+            "allowPublicInternet": True,
+        }
+    )
+    assert err.key == f"{PROJECT}:apiKey"
+    assert "sourceRanges 0.0.0.0/0 can; set exposeWithoutApiKey: true" in str(err)
+
+
+def test_the_two_halves_of_the_internet_need_the_opt_in() -> None:
+    err = _error({"sourceRanges": ["0.0.0.0/1", "128.0.0.0/1"], "door": False})
+    assert str(err) == (
+        "qwen36-mtp-l4:sourceRanges: ['0.0.0.0/1', '128.0.0.0/1']: together these ranges open the server "
+        "to the whole internet; also set allowPublicInternet: true to mean it, or list your own ranges"
+    )
+
+
+def test_a_keyless_endpoint_is_refused_where_more_than_iap_reaches_it() -> None:
+    for reach in ({"door": False, "sourceRanges": ["203.0.113.7/32"]}, {"replicas": 2}):
+        bag = {"apiKey": False, **reach}
+        if reach.get("replicas"):
+            bag["sourceRanges"] = ["198.51.100.0/24"]
+        err = _error(bag)
+        assert err.key == f"{PROJECT}:apiKey" and "exposeWithoutApiKey: true" in str(err), str(err)
+    # The door never runs open: no risk key makes a keyless door.
+    for bag in ({"apiKey": False}, {"apiKey": False, "exposeWithoutApiKey": True}):
+        err = _error(bag)
+        assert err.key == f"{PROJECT}:apiKey" and "door: false" in str(err), str(err)
+    only_iap = parse_config({f"{PROJECT}:apiKey": False, f"{PROJECT}:door": False})
+    assert only_iap.risk_notes() == []
+
+
+def test_named_risks_are_said_plainly() -> None:
+    cfg = parse_config(
+        {
+            f"{PROJECT}:tools": ["exec_shell_command"],
+            f"{PROJECT}:exposeServerTools": True,
+            f"{PROJECT}:apiKey": False,
+            f"{PROJECT}:exposeWithoutApiKey": True,
+            f"{PROJECT}:door": False,
+            f"{PROJECT}:sourceRanges": ["203.0.113.7/32"],
+        }
+    )
+    assert cfg.risk_notes() == [
+        "WARNING: server-side tools (exec_shell_command) are on and sourceRanges 203.0.113.7/32 can "
+        "reach them: whoever gets in can run commands and write files on the VM (exposeServerTools: true).",
+        "WARNING: there is no API key and sourceRanges 203.0.113.7/32 can reach the endpoint: whoever "
+        "gets in can use the model (exposeWithoutApiKey: true).",
+    ]
+
+
+def test_the_door_is_the_single_servers_only() -> None:
+    err = _error({"replicas": 2, "sourceRanges": ["198.51.100.0/24"], "door": True})
+    assert err.key == f"{PROJECT}:door" and "single server" in str(err)
+    fleet = parse_config({f"{PROJECT}:replicas": 2, f"{PROJECT}:sourceRanges": ["198.51.100.0/24"]})
+    assert not fleet.front_door and StackConfig().front_door
+
+
+def test_ctx_size_that_cannot_fit_the_l4_is_refused_with_the_estimate() -> None:
+    err = _error({"ctxSize": 262144})
+    assert str(err) == (
+        "qwen36-mtp-l4:ctxSize: 262144: does not fit the L4 beside a 23.0 GB model: at most 63744 by the "
+        "estimate (KV 22.0 KiB a token, MTP's draft context 448 MiB at 56320, measured at the pinned build, "
+        "in 24576 MiB with ECC off, 256 MiB kept spare); lower ctxSize, specDraftNMax or the model "
+        "(modelSizeBytes)"
+    )
+    # The estimate follows the model and the drafts: a smaller model or no MTP leaves more room.
+    assert StackConfig().max_ctx_size == 63744
+    assert StackConfig(spec_draft_n_max=0).max_ctx_size > 75000
+    smaller = StackConfig(model_size_bytes=20 * 1024**3, ctx_size=8192, boot_disk_size_gb=80)
+    assert smaller.max_ctx_size > 100000
+    # n-max 3 costs 64 MiB more and the deployed ctx still fits (the facts' own reading).
+    assert StackConfig(spec_draft_n_max=3).max_ctx_size >= 56320
+
+
+ALIKE = [
+    ("Dev", "dev"),
+    ("my_stack", "my-stack"),
+    ("a.b", "a-b"),
+    ("x" * 40 + "1", "x" * 40 + "2"),
+    ("dev-0123abcd", "Dev-0123abcd"),
+]
+
+
+@pytest.mark.parametrize(("a", "b"), ALIKE)
+def test_stack_names_that_normalise_alike_get_distinct_resource_names(a: str, b: str) -> None:
+    assert deployment_name(a) != deployment_name(b)
+
+
+def test_safe_stack_names_keep_their_resource_names() -> None:
+    assert [deployment_name(s) for s in ("dev", "europe-west4", "asia-southeast1")] == [
+        "qwen36-dev",
+        "qwen36-europe-west4",
+        "qwen36-asia-southeast1",
+    ]
+    assert deployment_name("Dev") == "qwen36-dev-9c24f45a"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60), st.text(max_size=60))
+def test_deployment_name_is_injective(a: str, b: str) -> None:
+    if a != b:
+        assert deployment_name(a) != deployment_name(b)
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from qwen36.errors import Exit
 from tests.harness.server import free_port
 
 CLI_TIMEOUT_S = 60
@@ -27,12 +28,12 @@ def test_bench_load_and_tune_are_registered() -> None:
         assert f"usage: qwen36 {command}" in done.stdout
 
 
-def test_unreachable_server_is_one_line_and_exit_status_one() -> None:
+def test_unreachable_server_is_one_line_and_the_unreachable_code() -> None:
     done = _qwen36("bench", "--url", f"http://127.0.0.1:{free_port()}", "--reps", "1")
-    assert done.returncode == 1
+    assert done.returncode == Exit.UNREACHABLE
     assert done.stdout == ""
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: no server answers at")
+    assert len(lines) == 1 and lines[0].startswith("bench: error: no server answers at")
 
 
 def test_bad_arguments_exit_two() -> None:

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from qwen36.errors import Exit
 from tests.measure.servers import TEST_KEY, CliRun, count_completions, serve, validate
 
 SLOTS = 4
@@ -113,7 +114,7 @@ def test_wrong_key_counts_every_request_as_unauthorized(
             "5",
             "--json",
         )
-    assert run.code == 1
+    assert run.code == Exit.DENIED
     doc = run.json()
     validate(doc, "load.schema.json")
     # Both clients' first requests were refused; nothing more was sent once the key was known bad.

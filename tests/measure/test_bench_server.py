@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from qwen36.errors import Exit
 from qwen36.measure.bench import run_bench
 from qwen36.measure.client import Client
 from qwen36.measure.workloads import WORKLOAD_NAMES, WORKLOADS
@@ -28,7 +29,7 @@ KILL_WAIT_S = 60.0
 def _error_line(run: CliRun) -> str:
     lines = run.err.strip().splitlines()
     assert lines, "no error line printed"
-    assert lines[-1].startswith("error: ")
+    assert lines[-1].startswith(("bench: error: ", "load: error: ", "tune: error: "))
     return lines[-1]
 
 
@@ -100,8 +101,8 @@ def test_api_key_right_wrong_and_missing(
         from_env = cli("bench", *one)
     assert right.code == 0, right.err
     assert from_env.code == 0, from_env.err
-    assert wrong.code == 1 and "rejected the API key (401)" in _error_line(wrong)
-    assert missing.code == 1 and "wants an API key (401)" in _error_line(missing)
+    assert wrong.code == Exit.DENIED and "rejected the API key (401)" in _error_line(wrong)
+    assert missing.code == Exit.DENIED and "wants an API key (401)" in _error_line(missing)
     assert "QWEN36_API_KEY" in _error_line(missing)
 
 
@@ -109,13 +110,13 @@ def test_no_server_and_timeout_give_one_line_each(
     cli: Callable[..., CliRun], llama_server_bin: Path, tiny_mtp_model_agreeing: Path, tmp_path: Path
 ) -> None:
     nobody = cli("bench", "--url", f"http://127.0.0.1:{free_port()}", *QUICK)
-    assert nobody.code == 1 and "no server answers at" in _error_line(nobody)
+    assert nobody.code == Exit.UNREACHABLE and "no server answers at" in _error_line(nobody)
     # The agreeing model never stops early ("aaaa..."): 300 tokens take several times 20 ms.
     with serve(llama_server_bin, tiny_mtp_model_agreeing, tmp_path) as server:
         slow = cli(
             "bench", "--url", server.base_url, "--reps", "1", "--max-tokens", "300", "--timeout", "0.02"
         )
-    assert slow.code == 1 and "no answer within 0.02 s" in _error_line(slow)
+    assert slow.code == Exit.UNREACHABLE and "no answer within 0.02 s" in _error_line(slow)
 
 
 def test_server_killed_mid_run_keeps_partial_results(

@@ -49,6 +49,6 @@ def test_tune_calibrate_writes_the_verdict_the_boot_reads(
         f"{emulator}/download/storage/v1/b/{bucket}/o/{quoted}?alt=media", timeout=10
     ) as r:
         doc = json.loads(r.read())
-    assert doc["winner"]["n_max"] == 0 and doc["writer"] == "python -m qwen36 tune --sweep calibrate"
+    assert doc["winner"]["n_max"] == 0 and doc["writer"] == "qwen36 tune --sweep calibrate"
     assert doc["key"]["gpu_name"] == "cpu" and doc["key"]["llama_cpp_build"] == StackConfig().llama_cpp_build
     assert f"verdict written to gs://{bucket}/{name}" in run.out

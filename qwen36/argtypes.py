@@ -1,0 +1,97 @@
+"""argparse ``type=`` functions that refuse what would make a command hang or misbehave later:
+NaN and infinity (``float("nan")`` compares false with everything, so ``--duration nan`` never
+ends), negative counts, out-of-range ports and sizes, and output paths that cannot be written
+(checked before a run, so its results are not lost at the end).
+
+Each raises ``argparse.ArgumentTypeError``, which the parser turns into its one usage line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+STDOUT = "-"
+
+
+def _number(text: str, kind: Callable[[str], float | int]) -> float | int:
+    try:
+        value = kind(text)
+    except (ValueError, OverflowError):
+        noun = "a whole number" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(_number(text, float))
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(_number(text, float))
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = int(_number(text, int))
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return value
+
+
+def int_range(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(_number(text, int))
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not between {low} and {high}")
+        return value
+
+    parse.__name__ = f"integer {low}-{high}"
+    return parse
+
+
+port = int_range(1, 65535)
+
+
+def writable_file(suffix: str = "") -> Callable[[str], str]:
+    """An output file (or ``-`` for stdout) that can be created or replaced, checked now."""
+
+    def parse(text: str) -> str:
+        if text == STDOUT:
+            return text
+        problem = output_problem(Path(text), suffix)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return text
+
+    parse.__name__ = "output path"
+    return parse
+
+
+def output_problem(path: Path, suffix: str = "") -> str | None:
+    """Why ``path`` cannot take a report, or None. Nothing is created here."""
+    if not str(path).strip():
+        return "an empty path"
+    if suffix and path.suffix.lower() != suffix:
+        return f"{str(path)!r} does not end in {suffix} (the file is written under exactly this name)"
+    if path.is_dir():
+        return f"{str(path)!r} is a directory; name a file in it"
+    parent = path.parent if str(path.parent) else Path()
+    if not parent.is_dir():
+        return f"{str(parent)!r} does not exist; create it or choose another path"
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            return f"{str(path)!r} is not writable"
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot create files in {str(parent)!r} (permission denied)"
+    return None

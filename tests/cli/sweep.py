@@ -1,0 +1,895 @@
+"""The bad-input sweep of issue 21: many wrong flags, missing tools and failing services, each run
+through ``python -m qwen36``'s entry point on loopback stand-ins, and what came out classified.
+
+    python -m tests.cli.sweep [--json PATH] [--only SUBSTRING] [--timeout S]
+
+prints one row per case that did not end as it should, then the table: inputs tried, tracebacks,
+unclear messages (the last line does not name the cause), errors of more than one line (argparse's
+usage block, a multi-line diagnosis), wrong exit codes, exit-0 failures, hangs.
+``tests/cli/test_sweep.py`` runs it and wants every column but the first at 0.
+
+To see the same cases against another tree (today's main), run the sweep from a copy of that tree
+with this branch's ``tests/`` laid over it (the stand-ins import nothing of the code under test):
+
+    git archive main infra qwen36 startup Pulumi.yaml | tar -x -C /tmp/before
+    cp -r tests /tmp/before/ && cd /tmp/before && /work/main/.venv/bin/python -m tests.cli.sweep
+
+Each case runs in a forked child of this process (the heavy imports are paid once, here), in its own
+temporary folder as cwd and HOME, with a PATH holding only a shell, ``cat``, ``sleep`` and the
+stand-ins the case asks for. The child shortens the CLI's network timeouts and retry pauses where the
+tree has them (the same bounds the fault tests use), so a case takes well under a second unless it
+hangs; a case still running after ``--timeout`` seconds is killed and counted as a hang.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import re
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.cli.standins import HTML, closed_port, completion, fake_llama, fake_pulumi, never_answers
+from tests.compute_fake.group import HANG, FakeGroup, FakeMember, Fault, GroupState
+from tests.compute_fake.server import fake_compute_api
+from tests.compute_fake.shapes import attempt_error
+
+TRACEBACK = "Traceback (most recent call last)"
+CASE_TIMEOUT_S = 40.0
+PROJECT = "acme-llm-test"
+GROUP_ARGS = ("--project", PROJECT, "--region", "us-central1", "--group", "qwen36-dev")
+READY = "ready 2026-11-30T22:03:00Z b00t llama-server healthy 170 s after boot"
+TOOLS = ("sh", "cat", "sleep", "echo")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    argv: tuple[str, ...]
+    code: int
+    """The exit code it must end with (0: it must succeed)."""
+    expect: str
+    """What the error line must contain (naming the cause); for code 0, what stdout must contain."""
+    world: str = "plain"
+    interrupt_after_s: float | None = None
+
+
+@dataclass
+class Outcome:
+    case: Case
+    code: int | None
+    out: str
+    err: str
+    seconds: float
+    verdicts: list[str] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------------------------------ worlds
+
+
+@dataclass
+class World:
+    root: Path
+    env: dict[str, str]
+    subs: dict[str, str]
+
+
+def _bin(root: Path) -> Path:
+    folder = root / "bin"
+    folder.mkdir(exist_ok=True)
+    for tool in TOOLS:
+        for where in ("/bin", "/usr/bin"):
+            if Path(where, tool).exists() and not (folder / tool).exists():
+                (folder / tool).symlink_to(Path(where, tool))
+    return folder
+
+
+def _running_group(*faults: Fault) -> FakeGroup:
+    member = FakeMember("qwen36-dev-a1", "us-central1-a")
+    member.guest_attributes = {"report": READY}
+    group = FakeGroup(
+        timeline=[(0.0, GroupState(members=[member]))],
+        project=PROJECT,
+        region="us-central1",
+        new_member=FakeMember("qwen36-dev-x1b2", "us-central1-b"),
+    )
+    group.new_member.guest_attributes = {"report": READY}
+    group.faults.extend(faults)
+    return group
+
+
+GROUP_PATH = f"/compute/v1/projects/{PROJECT}/regions/us-central1/instanceGroupManagers/qwen36-dev"
+
+
+@contextlib.contextmanager
+def world(name: str, root: Path) -> Iterator[World]:
+    """The stand-ins a case runs against, and the names its argv may use ({compute}, {llama}, ...)."""
+    bin_dir = _bin(root)
+    env = {
+        "PATH": str(bin_dir),
+        "HOME": str(root),
+        "XDG_CACHE_HOME": str(root / "cache"),
+        "HF_ENDPOINT": f"http://127.0.0.1:{closed_port()}",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{closed_port()}",
+        "GOOGLE_APPLICATION_CREDENTIALS": str(root / "no-such-credentials.json"),
+        "COLUMNS": "200",
+    }
+    subs = {
+        "tmp": str(root),
+        "dir": str(root),
+        "missing": str(root / "no" / "such" / "place"),
+        "closed": f"http://127.0.0.1:{closed_port()}",
+        "file": str(_text_file(root)),
+    }
+    with contextlib.ExitStack() as stack:
+        kind, _, detail = name.partition(":")
+        if kind == "compute":
+            faults = {
+                "503": (Fault("GET", "", 503, times=1000), Fault("POST", "", 503, times=1000)),
+                "resize-503": (Fault("POST", "/resize", 503, times=1000),),
+                "503-once": (Fault("GET", GROUP_PATH, 503), Fault("POST", "/listManagedInstances", 503)),
+                "429-post": (Fault("POST", "", 429, times=1000),),
+                "hang": (Fault("GET", "", HANG, times=1000), Fault("POST", "", HANG, times=1000)),
+            }.get(detail, ())
+            group = _running_group(*faults)
+            if detail == "quota":
+                member = FakeMember(
+                    "qwen36-ujzd",
+                    "us-central1-a",
+                    status=None,
+                    action="CREATING",
+                    last_attempt=[
+                        attempt_error(
+                            "QUOTA_EXCEEDED",
+                            "Quota 'PREEMPTIBLE_NVIDIA_L4_GPUS' exceeded.  Limit: 0.0 in region us-central1.",
+                        )
+                    ],
+                )
+                group = FakeGroup(
+                    timeline=[(0.0, GroupState(members=[member]))], project=PROJECT, region="us-central1"
+                )
+            if detail == "no-report":
+                group.timeline[0][1].members[0].guest_attributes = {}
+            if detail in ("stopped", "resize-503"):
+                group.timeline[0][1].members.clear()
+                group.timeline[0][1].target_size = 0
+            subs["compute"] = stack.enter_context(fake_compute_api(group))
+        if kind == "llama":
+            if detail == "hang":
+                subs["llama"] = stack.enter_context(never_answers())
+            elif detail == "slow-chat":
+                # /health says ok; a completion never comes (until the case is over).
+                release = threading.Event()
+                stack.callback(release.set)
+                subs["llama"] = stack.enter_context(
+                    fake_llama(completion(), on_chat=lambda: release.wait(CASE_TIMEOUT_S))
+                )
+            else:
+                body, kind_header = {
+                    "html": (HTML, "text/html"),
+                    "text-timings": (
+                        completion({"predicted_per_second": "fast", "predicted_n": "x"}),
+                        "application/json",
+                    ),
+                    "null-timings": (completion({"predicted_per_second": None}), "application/json"),
+                    "no-timings": (json.dumps({"choices": []}).encode(), "application/json"),
+                    "ok": (completion(), "application/json"),
+                }[detail]
+                on_chat = None
+                if detail == "ok":
+                    # The report's folder goes away mid-run: the report must be kept elsewhere.
+                    def on_chat() -> None:
+                        with contextlib.suppress(OSError):
+                            (root / "reports" / "out.json").unlink(missing_ok=True)
+                            (root / "reports").rmdir()
+
+                    (root / "reports").mkdir()
+                subs["llama"] = stack.enter_context(fake_llama(body, kind_header, on_chat))
+        if kind == "pulumi":
+            if detail == "unknown":
+                fake_pulumi(bin_dir, fail="error: no stack named 'nope' found")
+            elif detail == "empty":
+                fake_pulumi(bin_dir, outputs={})
+            elif detail == "garbage":
+                (bin_dir / "pulumi").write_text("#!/bin/sh\necho 'warning: not JSON'\n")
+                (bin_dir / "pulumi").chmod(0o755)
+        if kind == "gcs":
+            # The real storage client against gcp-storage-emulator, with the bucket "b".
+            from gcp_storage_emulator.server import create_server
+            from google.cloud import storage
+
+            port = closed_port()
+            emulator = create_server("127.0.0.1", port, in_memory=True)
+            emulator.start()
+            stack.callback(emulator.stop)
+            env["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
+            previous = os.environ.get("STORAGE_EMULATOR_HOST")
+            os.environ["STORAGE_EMULATOR_HOST"] = env["STORAGE_EMULATOR_HOST"]
+            try:
+                storage.Client().create_bucket("b")
+            finally:
+                if previous is None:
+                    os.environ.pop("STORAGE_EMULATOR_HOST", None)
+                else:
+                    os.environ["STORAGE_EMULATOR_HOST"] = previous
+            kind = "project"
+            subs["noise"] = str(_noise_file(root))
+        if kind == "project":
+            (root / "Pulumi.yaml").write_text("name: qwen36-mtp-l4\nruntime: python\n")
+            config = {"gcp:project": PROJECT}
+            if detail == "bad-value":
+                config["qwen36-mtp-l4:ctxSize"] = 262144
+            if detail == "bad-yaml":
+                (root / "Pulumi.dev.yaml").write_text("config: [unclosed\n")
+            else:
+                (root / "Pulumi.dev.yaml").write_text(yaml.safe_dump({"config": config}))
+        if kind == "tune":
+            (root / "bad.yaml").write_text("config: {unclosed\n")
+            (root / "model.gguf").write_bytes(b"GGUF")
+            hang = root / "slow-server"
+            hang.write_text("#!/bin/sh\nexec sleep 300\n")
+            hang.chmod(0o755)
+            subs["slow_server"] = str(hang)
+            # What a llama-server given a bad flag does: say so and exit 1 at once.
+            failing = root / "failing-server"
+            failing.write_text("#!/bin/sh\necho 'error: invalid argument' >&2\nexit 1\n")
+            failing.chmod(0o755)
+            subs["server"] = str(failing)
+        yield World(root, env, subs)
+
+
+def _noise_file(root: Path) -> Path:
+    path = root / "noise.gguf"
+    path.write_bytes(random.Random(3).randbytes(256 * 1024))
+    return path
+
+
+def _text_file(root: Path) -> Path:
+    path = root / "notes.gguf"
+    path.write_text("not a model, just text\n" * 100)
+    return path
+
+
+# ------------------------------------------------------------------------------------------- cases
+
+USAGE = 2
+
+
+def cases() -> list[Case]:
+    out: list[Case] = []
+
+    def add(name: str, argv: str | tuple[str, ...], code: int, expect: str, world: str = "plain") -> None:
+        out.append(Case(name, tuple(argv.split()) if isinstance(argv, str) else argv, code, expect, world))
+
+    # The entry point itself.
+    add("no command", "", USAGE, "required")
+    add("unknown command", "frobnicate", USAGE, "invalid choice")
+    add("unknown flag", "status --frobnicate", USAGE, "unrecognized arguments")
+
+    numbers = ("nan", "inf", "-inf", "-1", "0", "abc", "", "1e999")
+    wait = (
+        "wait",
+        "--mode",
+        "guest-attributes",
+        "--project",
+        PROJECT,
+        "--region",
+        "us-central1",
+        "--group",
+        "qwen36-dev",
+    )
+    for flag in ("--timeout-minutes", "--poll-seconds", "--heartbeat-seconds"):
+        for value in numbers:
+            argv = (
+                (*wait, flag, value)
+                if flag == "--timeout-minutes"
+                else (*wait, "--timeout-minutes", "1", flag, value)
+            )
+            add(f"wait {flag} {value!r}", argv, USAGE, flag)
+    add("wait bad mode", "wait --mode carrier-pigeon --project p --timeout-minutes 1", USAGE, "--mode")
+    add(
+        "wait http without url",
+        "wait --mode http --project p --region r --group g --timeout-minutes 1",
+        USAGE,
+        "--url",
+    )
+    add(
+        "wait url not http",
+        "wait --mode http --url ftp://x --project p --region r --group g --timeout-minutes 1",
+        USAGE,
+        "ftp://x",
+    )
+    add("wait no group", "wait --mode guest-attributes --project p --timeout-minutes 1", USAGE, "--region")
+    add("wait without credentials", (*wait, "--timeout-minutes", "1"), 5, "credentials")
+    add(
+        "wait never ready",
+        (*wait, "--timeout-minutes", "0.02", "--compute-endpoint", "{compute}", "--anonymous"),
+        1,
+        "llama-server is not ready: not ready after",
+        "compute:no-report",
+    )
+
+    for value in ("-1", "0", "9", "abc", "nan", "1.5"):
+        add(f"wake --size {value!r}", ("wake", *GROUP_ARGS, "--size", value), USAGE, "--size")
+    for value in ("nan", "-1", "0", "inf", "abc"):
+        add(
+            f"wake --timeout-minutes {value!r}",
+            ("wake", *GROUP_ARGS, "--timeout-minutes", value),
+            USAGE,
+            "--timeout-minutes",
+        )
+    add("wake no group", "wake --project p", USAGE, "--region")
+    add("status no group", "status", USAGE, "--stack")
+    add("status only project", "status --project p", USAGE, "--region")
+    for verb in ("tunnel", "ssh", "logs"):
+        add(f"{verb} no group", f"{verb} --project p", USAGE, "--region")
+    for value in ("0", "-1", "70000", "abc"):
+        add(
+            f"tunnel --local-port {value}",
+            ("tunnel", *GROUP_ARGS, "--local-port", value),
+            USAGE,
+            "--local-port",
+        )
+
+    # Group commands against the world: no tool, no stack, no credentials, failing API.
+    for verb in ("status", "wake", "tunnel", "ssh", "logs"):
+        add(f"{verb} --stack without pulumi", f"{verb} --stack dev", 9, "pulumi")
+        add(f"{verb} unknown stack", f"{verb} --stack nope", 8, "no stack named 'nope'", "pulumi:unknown")
+        add(f"{verb} stack without outputs", f"{verb} --stack dev", 8, "output", "pulumi:empty")
+        add(f"{verb} stack output not JSON", f"{verb} --stack dev", 1, "JSON", "pulumi:garbage")
+        extra = ("--print",) if verb in ("tunnel", "ssh", "logs") else ()
+        add(f"{verb} without credentials", (verb, *GROUP_ARGS, *extra), 5, "credentials")
+        anon = (verb, *GROUP_ARGS, *extra, "--compute-endpoint", "{compute}", "--anonymous")
+        add(
+            f"{verb} compute unreachable",
+            (verb, *GROUP_ARGS, *extra, "--compute-endpoint", "{closed}", "--anonymous"),
+            7,
+            "kept failing",
+        )
+        add(f"{verb} compute 429 on every POST", anon, 7, "kept failing", "compute:429-post")
+        add(f"{verb} compute never answers", anon, 7, "kept failing", "compute:hang")
+        if verb != "wake":
+            add(f"{verb} compute 503 once", anon, 0, "qwen36-dev-a1", "compute:503-once")
+        add(
+            f"{verb} unknown group",
+            tuple("nope" if a == "qwen36-dev" else a for a in anon),
+            8,
+            "nope",
+            "compute:ok",
+        )
+    add(
+        "status compute 503 always",
+        ("status", *GROUP_ARGS, "--compute-endpoint", "{compute}", "--anonymous"),
+        7,
+        "kept failing",
+        "compute:503",
+    )
+    add(
+        "wake resize 503 always",
+        ("wake", *GROUP_ARGS, "--compute-endpoint", "{compute}", "--anonymous"),
+        7,
+        "may still have been accepted",
+        "compute:resize-503",
+    )
+    add(
+        "status quota-blocked",
+        ("status", *GROUP_ARGS, "--compute-endpoint", "{compute}", "--anonymous"),
+        0,
+        "quota-blocked: qwen36-ujzd: GCE cannot create it: quota PREEMPTIBLE_NVIDIA_L4_GPUS",
+        "compute:quota",
+    )
+    add(
+        "tunnel without gcloud",
+        ("tunnel", *GROUP_ARGS, "--compute-endpoint", "{compute}", "--anonymous"),
+        9,
+        "gcloud",
+        "compute:ok",
+    )
+    add(
+        "tunnel idle-stopped group",
+        ("tunnel", *GROUP_ARGS, "--compute-endpoint", "{compute}", "--anonymous"),
+        1,
+        "no RUNNING member",
+        "compute:stopped",
+    )
+
+    # bench / load / tune arguments.
+    bench = ("bench", "--url", "{closed}")
+    for flag, values in {
+        "--reps": ("0", "-1", "99", "abc", "nan"),
+        "--max-tokens": ("0", "-5", "abc", "1e3"),
+        "--timeout": ("nan", "inf", "-1", "0", "abc"),
+    }.items():
+        for value in values:
+            add(f"bench {flag} {value!r}", (*bench, flag, value), USAGE, flag)
+    for url in ("ftp://x", "http://[", "http://host:99999", "http://", " ", "gopher://old"):
+        add(f"bench --url {url!r}", ("bench", "--url", url), USAGE, "--url")
+    add("bench --workloads bogus", (*bench, "--workloads", "bogus"), USAGE, "bogus")
+    add("bench --json dir", (*bench, "--json", "{dir}"), USAGE, "is a directory")
+    add("bench --json missing folder", (*bench, "--json", "{missing}/x.json"), USAGE, "does not exist")
+    add("bench --json under a file", (*bench, "--json", "{file}/x.json"), USAGE, "does not exist")
+    add("bench --markdown dir", (*bench, "--markdown", "{dir}"), USAGE, "is a directory")
+    add("bench --png dir", (*bench, "--png", "{dir}"), USAGE, ".png")
+    add("bench --png not png", (*bench, "--png", "{tmp}/chart.txt"), USAGE, ".png")
+    add("bench both to stdout", (*bench, "--json", "-", "--markdown", "-"), USAGE, "stdout")
+    add("bench no url outside project", "bench", USAGE, "--url")
+    add("bench url from env", ("bench",), USAGE, "QWEN36_URL", "env:QWEN36_URL=ftp://x")
+    add("bench in project without pulumi", "bench", 9, "pulumi", "project")
+    add("bench unreachable", (*bench, "--reps", "1"), 7, "no server answers at")
+    add("bench html answer", ("bench", "--url", "{llama}", "--reps", "1"), 1, "text/html", "llama:html")
+    add(
+        "bench text timings", ("bench", "--url", "{llama}", "--reps", "1"), 1, "timings", "llama:text-timings"
+    )
+    add(
+        "bench null timings", ("bench", "--url", "{llama}", "--reps", "1"), 1, "timings", "llama:null-timings"
+    )
+    add("bench no timings", ("bench", "--url", "{llama}", "--reps", "1"), 1, "timings", "llama:no-timings")
+    add(
+        "bench never answers",
+        ("bench", "--url", "{llama}", "--reps", "1", "--timeout", "1"),
+        7,
+        "no answer within 1 s",
+        "llama:hang",
+    )
+    add(
+        "bench report folder removed mid-run",
+        ("bench", "--url", "{llama}", "--reps", "1", "--json", "{tmp}/reports/out.json"),
+        11,
+        "kept as",
+        "llama:ok",
+    )
+    # Against a server that answers: on main these ran to the end, then wrote <dir>.png and exited 0,
+    # or ran for ever (a NaN duration never ends).
+    add(
+        "bench --png dir, server up",
+        ("bench", "--url", "{llama}", "--reps", "1", "--png", "{dir}"),
+        USAGE,
+        ".png",
+        "llama:ok",
+    )
+    add(
+        "bench --json dir, server up",
+        ("bench", "--url", "{llama}", "--reps", "1", "--json", "{dir}"),
+        USAGE,
+        "is a directory",
+        "llama:ok",
+    )
+    add(
+        "load --duration nan, server up",
+        ("load", "--url", "{llama}", "--duration", "nan"),
+        USAGE,
+        "--duration",
+        "llama:ok",
+    )
+    add(
+        "load --markdown dir, server up",
+        ("load", "--url", "{llama}", "--requests", "2", "--markdown", "{dir}"),
+        USAGE,
+        "is a directory",
+        "llama:ok",
+    )
+    load = ("load", "--url", "{closed}")
+    for flag, values in {
+        "--clients": ("0", "-1", "abc"),
+        "--requests": ("0", "-1", "nan"),
+        "--duration": ("nan", "inf", "-1", "0", "abc"),
+        "--max-tokens": ("0", "abc"),
+        "--servers-poll": ("nan", "0"),
+        "--timeout": ("nan", "-1"),
+    }.items():
+        for value in values:
+            add(f"load {flag} {value!r}", (*load, "--requests", "1", flag, value), USAGE, flag)
+    add("load unbounded", load, USAGE, "--requests")
+    add("load group without region", (*load, "--requests", "1", "--group", "g"), USAGE, "--region")
+    add("load --json dir", (*load, "--requests", "1", "--json", "{dir}"), USAGE, "is a directory")
+    add("load --url ftp", ("load", "--url", "ftp://x", "--requests", "1"), USAGE, "--url")
+    add("load unreachable", (*load, "--requests", "2"), 7, "no server answers at")
+    add(
+        "load html answer",
+        ("load", "--url", "{llama}", "--requests", "2"),
+        1,
+        "requests failed",
+        "llama:html",
+    )
+
+    tune = ("tune", "--launcher", "local", "--model", "{tmp}/model.gguf", "--server-bin", "{server}")
+    add(
+        "tune ctx-min above ctx-max",
+        (*tune, "--ctx-min", "9000", "--ctx-max", "8192"),
+        USAGE,
+        "--ctx-min",
+        "tune",
+    )
+    for value in ("inf", "nan", "-1G", "0", "abc", "1e999"):
+        add(
+            f"tune --memory-limit {value!r}",
+            (*tune, "--memory-limit", value),
+            USAGE,
+            "--memory-limit",
+            "tune",
+        )
+    for flag, value in (
+        ("--n-max", "a,b"),
+        ("--n-max", "99"),
+        ("--p-min", "nan"),
+        ("--p-min", "1.5"),
+        ("--parallel", "0"),
+        ("--n-max", ","),
+        ("--ctx-min", "0"),
+    ):
+        add(f"tune {flag} {value!r}", (*tune, flag, value), USAGE, flag, "tune")
+    add(
+        "tune server-bin missing",
+        ("tune", "--launcher", "local", "--model", "{tmp}/model.gguf", "--server-bin", "{missing}"),
+        USAGE,
+        "--server-bin",
+        "tune",
+    )
+    add(
+        "tune server-bin dir",
+        ("tune", "--launcher", "local", "--model", "{tmp}/model.gguf", "--server-bin", "{dir}"),
+        USAGE,
+        "--server-bin",
+        "tune",
+    )
+    add(
+        "tune model missing",
+        ("tune", "--launcher", "local", "--model", "{missing}", "--server-bin", "{slow_server}"),
+        USAGE,
+        "--model",
+        "tune",
+    )
+    add("tune local without model", "tune --launcher local", USAGE, "--model")
+    add("tune config missing", (*tune, "--config", "{missing}"), USAGE, "--config", "tune")
+    add("tune config invalid yaml", (*tune, "--config", "{tmp}/bad.yaml"), 3, "not valid YAML", "tune")
+    add("tune --set without =", (*tune, "--set", "threads"), 3, "KEY=VALUE", "tune")
+    add("tune --set bad value", (*tune, "--set", "ctxSize=abc"), 3, "ctxSize", "tune")
+    add("tune --set unknown key", (*tune, "--set", "ctxsize=4096"), 3, "did you mean", "tune")
+    add("tune docker without docker", "tune", 9, "docker", "tune")
+    add("tune --sweep bogus", (*tune, "--sweep", "bogus"), USAGE, "--sweep", "tune")
+    add("tune --json dir", (*tune, "--json", "{dir}"), USAGE, "is a directory", "tune")
+
+    # stage.
+    stage = ("stage", "--stack", "dev", "--project-dir", "{tmp}", "--bucket", "b", "--cache-dir", "{tmp}/c")
+    for value in ("0", "-3", "abc", "99999"):
+        add(f"stage --chunk-mib {value!r}", (*stage, "--chunk-mib", value), USAGE, "--chunk-mib", "project")
+    add("stage both sources", (*stage, "--from-hf", "--from-file", "{file}"), USAGE, "not allowed", "project")
+    add("stage from-file dir", (*stage, "--from-file", "{dir}"), 7, "cannot reach GCS", "project")
+    add(
+        "stage project-dir is a file",
+        ("stage", "--stack", "dev", "--project-dir", "{file}", "--bucket", "b"),
+        USAGE,
+        "--project-dir",
+        "project",
+    )
+    add(
+        "stage unknown stack",
+        ("stage", "--stack", "nope", "--project-dir", "{tmp}", "--bucket", "b"),
+        8,
+        "Pulumi.nope.yaml",
+        "project",
+    )
+    add("stage invalid stack yaml", stage, 3, "not valid YAML", "project:bad-yaml")
+    add("stage bad config value", stage, 3, "ctxSize", "project:bad-value")
+    add(
+        "stage no pulumi no bucket",
+        ("stage", "--stack", "dev", "--project-dir", "{tmp}"),
+        9,
+        "Pulumi CLI",
+        "project",
+    )
+    add(
+        "stage no stack no pulumi",
+        ("stage", "--project-dir", "{tmp}", "--bucket", "b"),
+        9,
+        "Pulumi CLI",
+        "project",
+    )
+    add("stage gcs unreachable", (*stage, "--from-file", "{file}"), 7, "cannot reach GCS", "project")
+    # With a bucket that answers: on main a text file or random bytes were staged as the model, exit 0.
+    add("stage a text file as the model", (*stage, "--from-file", "{file}"), 4, "not a GGUF", "gcs")
+    add("stage random bytes as the model", (*stage, "--from-file", "{noise}"), 4, "not a GGUF", "gcs")
+    add("stage from-file dir, bucket up", (*stage, "--from-file", "{dir}"), USAGE, "a directory", "gcs")
+    add(
+        "stage from-file missing, bucket up",
+        (*stage, "--from-file", "{missing}"),
+        USAGE,
+        "not a readable",
+        "gcs",
+    )
+    add("stage from an unreachable hub", (*stage, "--from-hf"), 7, "from the hub", "gcs")
+    add("stage hub unreachable", (*stage, "--from-hf"), 7, "cannot reach GCS", "project")
+
+    # Ctrl-C while each command waits on something.
+    for verb in ("status", "wake", "tunnel"):
+        extra = ("--print",) if verb == "tunnel" else ()
+        out.append(
+            Case(
+                f"{verb} ctrl-c",
+                (verb, *GROUP_ARGS, *extra, "--compute-endpoint", "{compute}", "--anonymous"),
+                130,
+                "interrupted",
+                "compute:hang",
+                1.5,
+            )
+        )
+    out.append(
+        Case(
+            "wait ctrl-c",
+            (
+                "wait",
+                "--mode",
+                "http",
+                "--url",
+                "{llama}",
+                "--project",
+                PROJECT,
+                "--region",
+                "us-central1",
+                "--group",
+                "qwen36-dev",
+                "--timeout-minutes",
+                "5",
+            ),
+            130,
+            "interrupted",
+            "llama:hang",
+            2.0,
+        )
+    )
+    out.append(
+        Case(
+            "bench ctrl-c",
+            ("bench", "--url", "{llama}", "--reps", "1"),
+            130,
+            "interrupted",
+            "llama:slow-chat",
+            1.5,
+        )
+    )
+    out.append(
+        Case(
+            "load ctrl-c",
+            ("load", "--url", "{llama}", "--requests", "4"),
+            130,
+            "interrupted",
+            "llama:slow-chat",
+            1.5,
+        )
+    )
+    out.append(
+        Case(
+            "tune ctrl-c",
+            (*tune[:-1], "{slow_server}", "--sweep", "ctx", "--ctx-min", "8192", "--ctx-max", "8192"),
+            130,
+            "interrupted",
+            "tune",
+            1.5,
+        )
+    )
+    return out
+
+
+# ------------------------------------------------------------------------------------------ running
+
+
+def _shorten_timeouts() -> None:
+    """The bounds the fault tests use, applied in the child where the tree under test has them."""
+    import importlib
+
+    for module, name, value in (
+        ("qwen36.group", "COMPUTE_REQUEST_TIMEOUT_S", 1.0),
+        ("qwen36.status", "COMPUTE_TIMEOUT_S", 1.0),
+        ("qwen36.status", "OPERATION_WAIT_S", 2.0),
+        ("qwen36.measure.client", "HEALTH_TIMEOUT_S", 1.0),
+        ("qwen36.measure.client", "CONNECT_TIMEOUT_S", 1.0),
+        ("qwen36.stage_gcs", "BUCKET_CHECK_TIMEOUT_S", 2),
+        ("qwen36.stage_gcs", "BUCKET_RETRY_DEADLINE_S", 1.0),
+        ("qwen36.stage", "HUB_TIMEOUT_S", 2.0),
+    ):
+        with contextlib.suppress(ImportError, AttributeError):
+            mod = importlib.import_module(module)
+            if hasattr(mod, name):
+                setattr(mod, name, value)
+    with contextlib.suppress(ImportError):
+        retry = importlib.import_module("qwen36.retry")
+        retry.POLICY = retry.Policy(attempts=4, initial_s=0.01, max_s=0.05, budget_s=10.0)  # type: ignore[attr-defined]
+
+
+def _child(argv: list[str], env: dict[str, str], cwd: Path, out: Path, err: Path) -> None:
+    """Runs the CLI as ``python -m qwen36`` would, then leaves with its status (never returns)."""
+    code = 1
+    try:
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        fd_out = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        fd_err = os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(fd_out, 1)
+        os.dup2(fd_err, 2)
+        # The parent may have replaced sys.stdout/stderr (pytest's capture): write to the fds.
+        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+        _shorten_timeouts()
+        from qwen36.__main__ import main
+
+        try:
+            code = int(main(argv) or 0)
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        except BaseException:
+            # What the interpreter does with an exception that leaves `python -m qwen36`.
+            traceback.print_exc()
+            code = 1
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def run_case(case: Case, timeout_s: float = CASE_TIMEOUT_S) -> Outcome:
+    with tempfile.TemporaryDirectory(prefix="qwen36-sweep-") as tmp:
+        root = Path(tmp)
+        kind, _, detail = case.world.partition(":")
+        extra_env: dict[str, str] = {}
+        world_name = case.world
+        if kind == "env":
+            name, _, value = detail.partition("=")
+            extra_env[name] = value
+            world_name = "plain"
+        with world(world_name, root) as w:
+            env = {**w.env, **extra_env}
+            argv = [arg.format(**w.subs) if "{" in arg else arg for arg in case.argv]
+            out, err = root / "stdout", root / "stderr"
+            started = time.monotonic()
+            pid = os.fork()
+            if pid == 0:
+                _child(argv, env, root, out, err)
+            code: int | None = None
+            interrupted = False
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                elapsed = time.monotonic() - started
+                if done:
+                    code = os.waitstatus_to_exitcode(status)
+                    break
+                if (
+                    case.interrupt_after_s is not None
+                    and not interrupted
+                    and elapsed >= case.interrupt_after_s
+                ):
+                    os.kill(pid, signal.SIGINT)
+                    interrupted = True
+                if elapsed >= timeout_s:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    break
+                time.sleep(0.02)
+            outcome = Outcome(
+                case,
+                code,
+                out.read_text(errors="replace"),
+                err.read_text(errors="replace"),
+                time.monotonic() - started,
+            )
+    outcome.verdicts = judge(outcome)
+    return outcome
+
+
+_PROGRESS = re.compile(r"^(note: |(stage|wake|tune|tunnel|ssh|logs): (?!error: ))|━")
+
+
+def _error_lines(err: str) -> list[str]:
+    """The lines of stderr that report the failure: the last line, and every line before it that is
+    not a progress line (``stage: ...``, ``tunnel: <member> in <zone>``, a note, a progress bar)."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    if not lines:
+        return []
+    return [line for line in lines[:-1] if not _PROGRESS.search(line)] + [lines[-1]]
+
+
+def judge(o: Outcome) -> list[str]:
+    """The ways an outcome fell short: traceback, hang, exit-0 failure, wrong code, unclear."""
+    case = o.case
+    verdicts = []
+    if o.code is None:
+        return ["hang"]
+    if TRACEBACK in o.err or TRACEBACK in o.out:
+        verdicts.append("traceback")
+    if case.code != 0 and o.code == 0:
+        verdicts.append("exit-0 failure")
+    elif o.code != case.code:
+        verdicts.append("wrong code")
+    if case.code == 0:
+        if case.expect not in o.out and o.code == 0:
+            verdicts.append("unclear")
+        return verdicts
+    if "traceback" in verdicts:
+        return verdicts
+    lines = _error_lines(o.err)
+    if not lines or case.expect not in lines[-1]:
+        verdicts.append("unclear")
+    elif len(lines) > 1:
+        verdicts.append("not one line")
+    return verdicts
+
+
+def table(outcomes: list[Outcome]) -> dict[str, int]:
+    def count(verdict: str) -> int:
+        return sum(verdict in o.verdicts for o in outcomes)
+
+    return {
+        "inputs tried": len(outcomes),
+        "tracebacks": count("traceback"),
+        "unclear messages": count("unclear"),
+        "more than one line": count("not one line"),
+        "wrong exit codes": count("wrong code"),
+        "exit-0 failures": count("exit-0 failure"),
+        "hangs": count("hang"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.cli.sweep")
+    parser.add_argument("--json", type=Path, help="write every outcome here")
+    parser.add_argument("--only", help="run the cases whose name contains this")
+    parser.add_argument("--timeout", type=float, default=CASE_TIMEOUT_S, help="seconds before a hang")
+    args = parser.parse_args(argv)
+    # Paid once in this process, inherited by every forked child.
+    import google.cloud.compute_v1
+    import google.cloud.storage  # noqa: F401
+    import huggingface_hub  # noqa: F401
+
+    import qwen36.__main__  # noqa: F401
+
+    selected = [c for c in cases() if not args.only or args.only in c.name]
+    outcomes = []
+    for case in selected:
+        outcome = run_case(case, args.timeout)
+        outcomes.append(outcome)
+        if outcome.verdicts:
+            last = (_error_lines(outcome.err) or outcome.err.splitlines() or [""])[-1]
+            print(
+                f"{', '.join(outcome.verdicts):<28} {case.name:<44} exit {outcome.code} "
+                f"(want {case.code}) {outcome.seconds:5.1f}s | {last[:160]}",
+                flush=True,
+            )
+    summary = table(outcomes)
+    print("| " + " | ".join(summary) + " |")
+    print("| " + " | ".join("---:" for _ in summary) + " |")
+    print("| " + " | ".join(str(v) for v in summary.values()) + " |")
+    if args.json:
+        rows: list[dict[str, Any]] = [
+            {
+                **asdict(o.case),
+                "code_seen": o.code,
+                "verdicts": o.verdicts,
+                "seconds": round(o.seconds, 2),
+                "stderr": o.err[-2000:],
+                "stdout": o.out[-500:],
+            }
+            for o in outcomes
+        ]
+        args.json.write_text(json.dumps({"summary": summary, "cases": rows}, indent=1))
+    return 0 if all(v == 0 for k, v in summary.items() if k != "inputs tried") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

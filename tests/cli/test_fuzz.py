@@ -1,0 +1,170 @@
+"""Property-based fuzzing of the CLI's argument parsers and of the stack config as the CLI reads it
+(issue 21, item 7): whatever the input, the result is an exit code and one line, never a traceback.
+
+Bounded for CI: a fixed number of examples each, no deadline per example (two shared cores), and
+nothing reaches a network: the parsers stop before any command runs, and the config examples end at
+the stack file or at a GCS bucket check against a closed loopback port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic.alias_generators import to_camel
+
+from infra.config import PROJECT, StackConfig
+from qwen36 import stage_gcs
+from qwen36.__main__ import build_parser, main, parse
+from qwen36.errors import Exit
+from tests.cli.standins import closed_port
+
+CODES = {int(code) for code in Exit}
+EXAMPLES = 400
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+PARSER = build_parser()
+COMMANDS = _subparsers(PARSER)
+FLAGS = {
+    name: sorted({flag for a in sub._actions for flag in a.option_strings if flag not in ("-h", "--help")})
+    for name, sub in COMMANDS.items()
+}
+
+values = st.one_of(
+    st.sampled_from(
+        ["nan", "inf", "-inf", "-1", "0", "1", "1e999", "-0", "", " ", "-", "--", "abc", "ftp://x", "http://[",
+         "http://127.0.0.1:9", "/", "/nonexistent/x.json", ".", "a,b", ",", "1,2", "99999999999999999999",
+         "KEY=VALUE", "ctxSize=abc", "0.5", "true", "\x00", "é", "-h"]
+    ),
+    st.integers(-(2**70), 2**70).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.text(max_size=12),
+)  # fmt: skip
+
+
+@st.composite
+def argvs(draw: st.DrawFn) -> list[str]:
+    command = draw(st.sampled_from(sorted(COMMANDS)))
+    tokens = draw(st.lists(st.one_of(st.sampled_from(FLAGS[command]), values), max_size=8))
+    return [command, *tokens]
+
+
+def _check(code: int, out: str, err: str) -> None:
+    assert "Traceback" not in out + err
+    assert code in CODES, (code, err)
+    if code != 0:
+        lines = err.splitlines()
+        assert len(lines) == 1, err
+        assert ": error: " in lines[0]
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(argv=argvs())
+def test_any_command_line_parses_or_ends_in_one_usage_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        args = parse(argv)
+    except SystemExit as done:
+        code = 0 if done.code is None else done.code
+        assert isinstance(code, int)
+        captured = capsys.readouterr()
+        _check(code, captured.out, captured.err)
+        if code == 0:  # --help: the usage on stdout, nothing on stderr
+            assert captured.err == "" and "usage:" in captured.out
+    else:
+        assert callable(args.func)
+        for value in vars(args).values():
+            # Nothing that passes the parser is a float the commands cannot bound.
+            assert not (isinstance(value, float) and not math.isfinite(value)), (argv, value)
+            if isinstance(value, int) and not isinstance(value, bool):
+                assert value > -(2**63), (argv, value)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(["--debug", "-h", "--bogus"]), values), max_size=4))
+def test_the_entry_point_itself(argv: list[str]) -> None:
+    try:
+        parse(argv)
+    except SystemExit as done:
+        assert done.code in (0, None, Exit.USAGE)
+
+
+# --- the stack config, as `stage` reads it from Pulumi.<stack>.yaml --------------------------------
+
+KEYS = [to_camel(name) for name in StackConfig.model_fields]
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats() | st.text(max_size=16),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
+config_values = (
+    json_values
+    | json_values.map(lambda v: json.dumps(v, allow_nan=True))
+    | st.sampled_from(
+        ["", "0.0.0.0/0", '["0.0.0.0/1", "128.0.0.0/1"]', "262144", "false", "[exec_shell_command]", "nan"]
+    )
+)
+documents = st.one_of(
+    st.dictionaries(
+        st.one_of(st.sampled_from(KEYS).map(lambda k: f"{PROJECT}:{k}"), st.text(max_size=10)),
+        config_values,
+        max_size=6,
+    ).map(lambda config: yaml.safe_dump({"config": config})),
+    st.text(max_size=60),
+    st.sampled_from(["config: [unclosed", "config: 3", "- a\n- b", "config:\n  qwen36-mtp-l4:zones: {a: 1}"]),
+)
+
+
+@settings(
+    max_examples=EXAMPLES // 2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(document=documents)
+def test_any_stack_file_ends_in_an_exit_code_and_one_line(
+    document: str, tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    project = tmp_path_factory.mktemp("project")
+    (project / "Pulumi.fuzz.yaml").write_text(document, encoding="utf-8")
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{closed_port()}")
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
+    # The bucket check's bounded retry is its own test's (tests/cli/test_faults.py): here only the
+    # one line and the code matter, not 10 s of retries against the closed port per example.
+    monkeypatch.setattr(stage_gcs, "BUCKET_RETRY_DEADLINE_S", 0.2)
+    code = main(
+        ["stage", "--stack", "fuzz", "--project-dir", str(project), "--bucket", "b", "--cache-dir",
+         str(project / "cache"), "--from-hf"]
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    _check(code, captured.out, captured.err.replace("\r", ""))
+    # A config that parsed reaches the bucket check, which the closed port refuses.
+    assert code in (Exit.CONFIG, Exit.UNREACHABLE), captured.err
+    if code == Exit.CONFIG:
+        assert f"{PROJECT}:" in captured.err or "YAML" in captured.err or "mapping" in captured.err
+
+
+def test_the_fuzzed_parsers_are_all_the_commands() -> None:
+    assert set(COMMANDS) == {
+        "stage",
+        "bench",
+        "load",
+        "tune",
+        "wait",
+        "tunnel",
+        "ssh",
+        "logs",
+        "wake",
+        "status",
+        "check",
+    }
+    assert all(FLAGS[c] for c in COMMANDS)
