@@ -135,18 +135,15 @@ def test_status_of_a_quota_blocked_group(capsys: pytest.CaptureFixture[str]) -> 
     [
         (
             ["load", "--url", "http://127.0.0.1:9", "--duration", "nan"],
-            "load: error: argument --duration: 'nan' is not a finite number "
-            "(see qwen36 load --help)",
+            "load: error: argument --duration: 'nan' is not a finite number (see qwen36 load --help)",
         ),
         (
             ["wait", "--mode", "http", "--url", "http://x", *WHERE, "--timeout-minutes", "nan"],
-            "wait: error: argument --timeout-minutes: 'nan' is not a finite number "
-            "(see qwen36 wait --help)",
+            "wait: error: argument --timeout-minutes: 'nan' is not a finite number (see qwen36 wait --help)",
         ),
         (
             ["wait", "--mode", "http", "--url", "http://x", *WHERE, "--timeout-minutes", "-1"],
-            "wait: error: argument --timeout-minutes: '-1' is not a positive number "
-            "(see qwen36 wait --help)",
+            "wait: error: argument --timeout-minutes: '-1' is not a positive number (see qwen36 wait --help)",
         ),
         (
             ["tune", "--memory-limit", "inf"],
