@@ -14,4 +14,4 @@ EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10m --retries=3 \
     CMD ["curl", "-fsS", "http://localhost:8080/health"]
 
-CMD ["--model", "/models/Qwen3.6-35B-A3B-UD-Q4_K_XL.gguf", "--alias", "Qwen3.6-35B-A3B-Q4KXL-MTP", "--host", "0.0.0.0", "--port", "8080", "--jinja", "--ctx-size", "56320", "--parallel", "1", "--flash-attn", "on", "--n-gpu-layers", "99", "--n-cpu-moe", "0", "--ubatch-size", "64", "--batch-size", "512", "--load-mode", "none", "--threads", "8", "--metrics", "--no-warmup", "--spec-type", "draft-mtp", "--spec-draft-n-max", "2", "--backend-sampling", "--api-key-file", "/run/secrets/llama-api-key"]
+CMD ["--model", "/models/Qwen3.6-35B-A3B-UD-Q4_K_XL.gguf", "--alias", "Qwen3.6-35B-A3B-Q4KXL-MTP", "--host", "0.0.0.0", "--port", "8080", "--jinja", "--ctx-size", "56320", "--parallel", "1", "--flash-attn", "on", "--n-gpu-layers", "99", "--n-cpu-moe", "0", "--ubatch-size", "64", "--batch-size", "512", "--load-mode", "none", "--threads", "8", "--metrics", "--no-warmup", "--n-predict", "32768", "--spec-type", "draft-mtp", "--spec-draft-n-max", "2", "--backend-sampling", "--api-key-file", "/run/secrets/llama-api-key"]

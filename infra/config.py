@@ -305,8 +305,6 @@ class StackConfig(BaseModel):
                 "to mean it, or list your own ranges",
             )
         self._exposure_checks()
-        # The door's own needs: with it, no risk key can make apiKey false or a range work.
-        self._door_checks()
         if self.min_boot_disk_gb > self.boot_disk_size_gb:
             raise _FieldError(
                 "boot_disk_size_gb",
@@ -320,6 +318,8 @@ class StackConfig(BaseModel):
         if self.threads > self.vcpus:
             raise _FieldError("threads", f"{self.machine_type} has {self.vcpus} vCPUs; use 0 for all of them")
         self._fleet_checks()
+        # The door's own needs: with it, no risk key can make apiKey false or a range work.
+        self._door_checks()
         self._fit_check()
         return self
 
