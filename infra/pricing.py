@@ -258,7 +258,9 @@ def door_cost_table(*, vcpus: float, memory_gib: float) -> str:
         "| --- | --- | --- | --- |",
     ]
     idle = door_month(vcpus=vcpus, memory_gib=memory_gib, busy_hours_per_day=0, sessions_per_day=0)
-    rows.append(f"| idle all month | {idle.vcpu_seconds:,.0f} | ${idle.usd:.2f} | ${idle.usd_without_free_tier:.2f} |")
+    rows.append(
+        f"| idle all month | {idle.vcpu_seconds:,.0f} | ${idle.usd:.2f} | ${idle.usd_without_free_tier:.2f} |"
+    )
     for share, what in ((1.0, "every second of them"), (0.5, "half of them"), (0.25, "a quarter of them")):
         m = door_month(vcpus=vcpus, memory_gib=memory_gib, in_flight_share=share)
         rows.append(

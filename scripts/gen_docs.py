@@ -110,6 +110,7 @@ def _boot_bench() -> dict[str, object]:
 BOOT_PATH_NOTES = {
     "new VM, GCS cache, baked image": "every member the group creates once the build is baked",
     "new VM, GCS cache, stock image": "`useToolingImage: false`",
+    "new VM, first boot of a key (calibrates), baked image": "a build's first deployment",
 }
 
 
@@ -308,6 +309,19 @@ def _image_month() -> str:
     return f"~${BUILDER_DISK_GB * pricing.IMAGE_USD_PER_GB_MONTH:.0f}/month"
 
 
+def _door_subnet() -> str:
+    from infra.network import DOOR_SUBNET_CIDR
+
+    return DOOR_SUBNET_CIDR
+
+
+def _policy_rules() -> list[str]:
+    """The rules of infra/policy.py, each one mandatory policy of the pack (policy/pack.py)."""
+    from infra import policy
+
+    return [rule.__name__ for rule in (*policy.RULES, *policy.PROGRAM_RULES)]
+
+
 def _calibration_budget() -> int:
     from infra.boot_script import CALIBRATION_BUDGET_S
 
@@ -350,6 +364,10 @@ FIGURES: dict[str, Callable[[], str]] = {
         f"`{_calibration_run()[1]['winner']}` at {_calibration_run()[1]['tok_s']} tok/s"
     ),
     "calib.h200-gpu": _calibration_gpu,
+    "config.default-max-tokens": lambda: str(StackConfig().default_max_tokens),
+    "config.max-ctx": lambda: str(StackConfig().max_ctx_size),
+    "net.door-subnet": lambda: f"`{_door_subnet()}`",
+    "policy.rules": lambda: str(len(_policy_rules())),
 }
 
 TABLES: dict[str, Callable[[], str]] = {
