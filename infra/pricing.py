@@ -178,8 +178,8 @@ def autostop_cost_table(cfg: StackConfig) -> str:
 # (through the search tool's stored copy): the free tier (180,000 vCPU-s, 360,000 GiB-s, 2 million
 # requests a month) and Tier 1's $0.000024 per vCPU-second beyond it are on that page; its memory and
 # request rates were cut off in the copy read, so those two are the door engineer's reading of the
-# page (DOCNOTES, from memory), which two third-party summaries of it agree with (cloudwebschool.com's
-# Cloud Run cost calculator, cloudchipr.com's 2025 guide). us-central1 is a Tier 1 region; other
+# page (from memory), which two third-party summaries of it agree with (cloudwebschool.com's Cloud
+# Run cost calculator, cloudchipr.com's 2025 guide). us-central1 is a Tier 1 region; other
 # regions may be dearer (the page lists the tiers). Memory stays inside its free tier in every case
 # below, so the memory rate does not move the figures while the free tier is the door's own.
 RUN_USD_PER_VCPU_SECOND = 0.000024
