@@ -12,31 +12,19 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
-from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from infra import boot_protocol
 from tests.compute_fake import shapes
 from tests.compute_fake.group import DROP, HANG, Call, FakeGroup, FakeMember
-from tests.harness.loopback import serve_on_loopback
+from tests.harness.loopback import JsonHandler, serve_on_loopback
 
 # How long a HANG fault holds its request: past any client timeout, ended early when the fake stops.
 HANG_S = 600.0
 
 
 def _handler(group: FakeGroup, stopping: threading.Event) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-        def _json(self, status: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(JsonHandler):
         def _not_found(self, path: str) -> None:
             self._json(404, shapes.not_found(path))
 

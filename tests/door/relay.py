@@ -26,12 +26,16 @@ class Relay:
     """Held back before the first bytes of the answer to each proxied request (not to the door's
     /health polls) reach the door."""
     requests: list[tuple[str, str]] = field(default_factory=list)
+    host: str = "127.0.0.1"
+    """The "VM's" address: another loopback address (127.0.0.2) stands for a member a repair moved."""
+    listen_port: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _open: set[socket.socket] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.bind((self.host, self.listen_port))
         self.sock.listen(128)
         self.port = int(self.sock.getsockname()[1])
         self._stop = False
@@ -44,9 +48,18 @@ class Relay:
             return [r for r in self.requests if r[1] != "/health"]
 
     def close(self) -> None:
+        """As the VM going away: no new connection, and every open one cut (a keep-alive too)."""
         self._stop = True
+        # A listening socket closed under a thread blocked in accept() keeps accepting on Linux;
+        # shutting it down first wakes the accept with an error.
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
         self._thread.join(timeout=5)
+        with self._lock:
+            live, self._open = list(self._open), set()
+        for sock in live:
+            _close(sock)
 
     def _accept(self) -> None:
         while not self._stop:
@@ -54,6 +67,8 @@ class Relay:
                 client, _ = self.sock.accept()
             except OSError:
                 return
+            with self._lock:
+                self._open.add(client)
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
@@ -63,6 +78,8 @@ class Relay:
             client.close()
             return
         upstream.settimeout(None)
+        with self._lock:
+            self._open.add(upstream)
         delay_next = threading.Event()
         threading.Thread(target=self._pump_up, args=(client, upstream, delay_next), daemon=True).start()
         self._pump_down(upstream, client, delay_next)

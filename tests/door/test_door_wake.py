@@ -12,7 +12,9 @@ import httpx
 import openai
 import pytest
 
+from tests.compute_fake.group import FakeMember, GroupState
 from tests.door.conftest import API_KEY, AUTH, WorldFactory, ask, streamed_text
+from tests.door.relay import Relay
 
 pytestmark = pytest.mark.llama
 
@@ -111,3 +113,25 @@ def test_past_the_bound_an_openai_shaped_503_with_retry_after(make_world: WorldF
             pass
     # Three requests, one wake: the group was resized once.
     assert len(_resizes(world)) == 1
+
+
+def test_the_door_follows_the_member_a_repair_put_elsewhere(make_world: WorldFactory) -> None:
+    """No fixed address (no stateful IP: alternate-zone repair refuses one): a repaired member has a
+    new name, zone and internal address, and the door finds it through the group on the next request."""
+    world = make_world(size=1)
+    first = httpx.post(f"{world.url}/v1/chat/completions", json=ask(), headers=AUTH, timeout=30)
+    assert first.status_code == 200, first.text
+    # The repair: the old VM's address refuses, the group now lists a member in another zone at
+    # another address (the fake's timeline: https://cloud.google.com/compute/docs/instance-groups/about-repair).
+    port = world.relay.port
+    world.relay.close()
+    moved = FakeMember("qwen36-dev-q9z8", "us-central1-c", network_ip="127.0.0.2")
+    world.group.timeline.append((world.group.clock(), GroupState(members=[moved], target_size=1)))
+    elsewhere = Relay(world.member.port, host="127.0.0.2", listen_port=port)
+    try:
+        second = httpx.post(f"{world.url}/v1/chat/completions", json=ask(), headers=AUTH, timeout=60)
+        assert second.status_code == 200, second.text
+        assert [path for _, path in elsewhere.proxied()] == ["/v1/chat/completions"]
+        assert not [c for c in world.compute_calls() if c.endswith("/resize")]  # found, not woken
+    finally:
+        elsewhere.close()

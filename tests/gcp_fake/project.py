@@ -6,6 +6,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.apis import DOOR_SERVICES, REQUIRED_SERVICES
+
 ZONE_L4 = ("nvidia-l4", "nvidia-tesla-t4")
 # The services the fake knows by title, for the messages of a disabled one.
 TITLES = {
@@ -15,18 +17,13 @@ TITLES = {
     "cloudresourcemanager.googleapis.com": "Cloud Resource Manager API",
     "serviceusage.googleapis.com": "Service Usage API",
 }
+# An all-clear project has every API the program enables (infra/apis.py), and those the deploy
+# script and the preflight call: Service Usage, Cloud KMS (the secrets key), Billing, Org Policy.
 ALL_SERVICES = (
-    "compute.googleapis.com",
-    "storage.googleapis.com",
-    "secretmanager.googleapis.com",
-    "iap.googleapis.com",
-    "iam.googleapis.com",
-    "cloudresourcemanager.googleapis.com",
-    "monitoring.googleapis.com",
-    "logging.googleapis.com",
+    *REQUIRED_SERVICES,
+    *DOOR_SERVICES,
     "serviceusage.googleapis.com",
     "cloudkms.googleapis.com",
-    "run.googleapis.com",
     "cloudbilling.googleapis.com",
     "orgpolicy.googleapis.com",
 )

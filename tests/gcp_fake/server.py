@@ -9,13 +9,12 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
-from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from tests.compute_fake.shapes import not_found
 from tests.gcp_fake import shapes
 from tests.gcp_fake.project import ACCESS_TOKEN, FakeProject, Request
-from tests.harness.loopback import serve_on_loopback
+from tests.harness.loopback import JsonHandler, serve_on_loopback
 
 _ROUTES: list[tuple[str, str, re.Pattern[str], str]] = [
     # (method, service that must be enabled, path pattern, handler name)
@@ -85,18 +84,7 @@ def _authorized(project: FakeProject, header: str) -> bool:
 
 
 def _handler(project: FakeProject) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-        def _json(self, status: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(JsonHandler):
         def _serve(self, method: str) -> None:
             url = urlparse(self.path)
             length = int(self.headers.get("Content-Length") or 0)
