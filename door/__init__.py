@@ -1,4 +1,4 @@
-"""The front door: the single server's HTTPS endpoint on Cloud Run (DOCNOTES/door.md).
+"""The front door: the single server's HTTPS endpoint on Cloud Run (docs/door.md).
 
 It checks the API key before anything else, wakes the server's managed instance group when a request
 finds it at size 0 and holds the request through the cold start, proxies to the current member's

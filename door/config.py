@@ -1,4 +1,4 @@
-"""The door's settings: every environment variable it reads, in one place (DOCNOTES/door.md lists
+"""The door's settings: every environment variable it reads, in one place (docs/door.md lists
 them as the contract infra must satisfy)."""
 
 from __future__ import annotations

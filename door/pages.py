@@ -17,7 +17,8 @@ def key_page(message: str = "") -> str:
     return (
         "<!doctype html><html><head><meta charset=utf-8><title>Qwen3.6 endpoint</title>"
         f"<style>{_STYLE}</style></head><body><h1>Qwen3.6 endpoint</h1>"
-        "<p>This endpoint needs its API key (the stack output <code>apiKeyCommand</code> prints it).</p>"
+        "<p>This endpoint needs its API key "
+        "(<code>pulumi stack output apiKey --show-secrets</code> prints it).</p>"
         f'{note}<form method="post" action="/_qwen36/login">'
         '<label for="key">API key</label>'
         '<input id="key" name="key" type="password" autocomplete="current-password" autofocus>'

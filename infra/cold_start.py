@@ -74,6 +74,45 @@ def minutes(seconds: float) -> str:
     return f"~{text} min"
 
 
+# --- the first token after an idle stop, through the front door (docs/door.md) ----------------
+# A request that finds the group at 0 is held by the door (door/upstream.py) while the door itself
+# starts, resizes the group to 1, the new member cold-starts on the baked image from the bucket, and
+# the door's poll finds its /health 200; then the server answers. The wake's own phases are the
+# table above; these are the door's, each with its source.
+
+DOOR_START_S = 2.0
+"""Assumed: Cloud Run starting a door instance (Python and the ~0.9 MB archive, startup CPU boost on)
+after it scaled to zero; no documented figure, not measured (docs/live-checks.md)."""
+WAKE_CALL_S = 1.0
+"""Assumed: the door's read of the group's targetSize and its resize call (one Compute API round
+trip each); the group then creates the VM (VM creation above)."""
+DOOR_HEALTH_POLL_S = 2.0
+"""door/config.py ``DEFAULT_HEALTH_POLL_S``: the door looks for a RUNNING member and its /health every
+2 s, so it finds a ready server half a period late on average (copied: infra imports no door, and
+tests/test_docs.py holds the two equal)."""
+FIRST_TOKEN_S = 0.5
+"""Assumed: a short prompt's prefill and the first decode step on the L4 (a decode step is ~11 ms at
+~91 tok/s: docs/performance.md); a long prompt adds its prefill."""
+
+
+def ttft_after_idle_stop_phases() -> list[tuple[str, float]]:
+    """The time to first token of a request that arrives after an idle stop, phase by phase."""
+    return [
+        ("the door starts", DOOR_START_S),
+        ("resize call", WAKE_CALL_S),
+        ("a new member's cold start (tooling image, model from the bucket)", cold_start_s("tooling", "gcs")),
+        ("the door's next health poll (half its period)", DOOR_HEALTH_POLL_S / 2),
+        ("the first token", FIRST_TOKEN_S),
+    ]
+
+
+def ttft_after_idle_stop_s() -> float:
+    """The time to first token after an idle stop, when the verdict of the build is already stored
+    (a first boot of a key adds its calibration, at most infra/boot_script.py's
+    ``CALIBRATION_BUDGET_S``)."""
+    return sum(seconds for _, seconds in ttft_after_idle_stop_phases())
+
+
 COLD_START_TOOLING = minutes(cold_start_s("tooling", "gcs"))
 COLD_START_STOCK = minutes(cold_start_s("stock", "gcs"))
 COLD_START_HUB = minutes(cold_start_s("stock", "hub"))

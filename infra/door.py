@@ -7,7 +7,7 @@ admits to the server's port besides Google's health checkers and IAP). It scales
 costs nothing; the VM's idle watcher asks it for the idle stop (``POST /_qwen36/idle-stop`` with the
 VM's ID token), so it is the only identity that may resize the group (infra/autostop.py).
 
-How it is deployed (DOCNOTES/door.md has the options and the reasons): Cloud Run's source deploy
+How it is deployed (docs/door.md has the options and the reasons): Cloud Run's source deploy
 without a build. The container is ``scratch`` on Google's Python base image, with the code from a
 tar.gz in the model bucket that ``infra/door_archive.py`` packs deterministically from ``door/`` and
 its pinned pure-Python wheels, so nothing is built and no Docker runs on the user's machine, and a

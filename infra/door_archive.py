@@ -1,6 +1,6 @@
 """The door's deployable archive: ``door/`` and its pinned pure-Python dependencies, packed from the
 local venv into one tar.gz that Cloud Run runs on Google's Python base image without a build
-(DOCNOTES/door.md: the "source deploy without build" pick).
+(docs/door.md: the "source deploy without build" pick).
 
 Packing only: infra never imports ``door/`` (tests/test_import_rooms.py); it reads its files and
 ``door/requirements.txt``. The archive is deterministic: the same inputs give the same bytes (sorted

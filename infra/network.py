@@ -9,9 +9,9 @@ without a public route), and admits, to the instances carrying the stack's netwo
 * Google's IAP TCP-forwarding proxies to SSH and llama-server (``gcloud compute ssh
   --tunnel-through-iap``, ``start-iap-tunnel``);
 * Google's health-check probers to llama-server (autohealing and a load balancer);
-* the user's ``sourceRanges`` to llama-server, only when listed and only without a front door (with
-  a door, sourceRanges limits who may call the door; it never opens the VM): a rule without source
-  ranges means "any source" to GCE. https://cloud.google.com/vpc/docs/firewalls#firewall_rule_components
+* the user's ``sourceRanges`` to llama-server, only when listed and only without a front door (the
+  config refuses sourceRanges with a door, whose URL admits whoever has the key and opens no port on
+  the VM): a rule without source ranges means "any source" to GCE. https://cloud.google.com/vpc/docs/firewalls#firewall_rule_components
 * the front door (infra/door.py) to llama-server, from the door's own subnet: Cloud Run's Direct VPC
   egress takes its addresses from a subnet, and an ingress rule can name it only by that subnet's
   range (network tags and service accounts of a Cloud Run source are not supported in ingress rules).

@@ -8,7 +8,7 @@ shape Pulumi sends to providers: camelCase keys, nested Args as dicts.
 Pure Python with no Pulumi import: the tests run these rules over the mock-recorded resources,
 and the policy pack (policy/pack.py, run by ``pulumi preview/up --policy-pack policy``) adapts the
 engine's ResourceValidationArgs / StackValidationArgs to the same functions. Every rule carries the
-link that states its constraint (``RULE_LINKS``); DOCNOTES/policy.md tables them.
+link that states its constraint (``RULE_LINKS``); docs/limits.md tables them.
 """
 
 from __future__ import annotations
@@ -519,7 +519,7 @@ def builder_not_default_account(resource: Resource, _: PolicyContext) -> Iterato
         yield f"the builder runs as the default compute service account {account}"
 
 
-# --- Issue 20: the limits of every feature the program relies on (DOCNOTES/policy.md) -------
+# --- Issue 20: the limits of every feature the program relies on (docs/limits.md) -------
 
 CUSTOM_ROLE = "gcp:projects/iAMCustomRole:IAMCustomRole"
 SERVICE_ACCOUNT = "gcp:serviceaccount/account:Account"
@@ -1060,7 +1060,7 @@ STACK_LEVEL_RULES = frozenset(
 
 COMPUTE_REST = "https://cloud.google.com/compute/docs/reference/rest/v1"
 MIG_DOCS = "https://cloud.google.com/compute/docs/instance-groups"
-# The document that states each rule's constraint (DOCNOTES/policy.md tables them with the reasons).
+# The document that states each rule's constraint (docs/limits.md tables them with the reasons).
 RULE_LINKS: Mapping[str, str] = {
     "spot_is_preemptible_without_restart": "https://cloud.google.com/compute/docs/instances/create-use-spot",
     "gpu_terminates_on_maintenance": "https://cloud.google.com/compute/docs/gpus/gpu-host-maintenance",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.cold_start import cold_start_s
+from infra.cold_start import DOOR_START_S, cold_start_s, ttft_after_idle_stop_s
 from infra.config import StackConfig
 
 # The project's seed figures for g2-standard-8 (8 vCPU, 32 GB, 1x L4) in us-central1.
@@ -43,7 +43,7 @@ def estimate_hourly_cost(cfg: StackConfig) -> CostEstimate:
         basis.append(f"{BASE_REGION} prices; {cfg.region} is usually dearer")
     if cfg.provisioning_model == "SPOT":
         basis.append("spot prices float daily")
-    basis.append("VM only, excludes disk, static IP and egress")
+    basis.append("VM only, excludes disk, its external IP and egress")
     label = f"~${usd:.2f}/h ({'; '.join(basis)}). Source: {PRICE_SOURCE}, as of {PRICE_DATE}"
     return CostEstimate(usd_per_hour=usd, label=label)
 
@@ -167,3 +167,104 @@ def autostop_cost_table(cfg: StackConfig) -> str:
             f"| autostop by `stopInstances` (disk kept) | {c.running_hours:g} | ${c.stop_instances:.2f} |",
         ]
     )
+
+
+# --- the front door on Cloud Run (docs/door.md) -----------------------------------------------
+# Request-based billing ("CPU only allocated during request processing", the door's cpu_idle): an
+# instance is billed, rounded up to 100 ms, while at least one request is in flight on it (and while
+# it starts and shuts down), per vCPU-second and GiB-second, plus per request, after a free tier that
+# is aggregated across the projects of a billing account, resets every month and is applied as a
+# spending-based discount at Tier 1 prices. https://cloud.google.com/run/pricing, read 2026-12-01
+# (through the search tool's stored copy): the free tier (180,000 vCPU-s, 360,000 GiB-s, 2 million
+# requests a month) and Tier 1's $0.000024 per vCPU-second beyond it are on that page; its memory and
+# request rates were cut off in the copy read, so those two are the door engineer's reading of the
+# page (from memory), which two third-party summaries of it agree with (cloudwebschool.com's Cloud
+# Run cost calculator, cloudchipr.com's 2025 guide). us-central1 is a Tier 1 region; other
+# regions may be dearer (the page lists the tiers). Memory stays inside its free tier in every case
+# below, so the memory rate does not move the figures while the free tier is the door's own.
+RUN_USD_PER_VCPU_SECOND = 0.000024
+RUN_USD_PER_GIB_SECOND = 0.0000025
+RUN_USD_PER_MILLION_REQUESTS = 0.40
+RUN_FREE_VCPU_SECONDS = 180_000
+RUN_FREE_GIB_SECONDS = 360_000
+RUN_FREE_REQUESTS = 2_000_000
+RUN_PRICE_DATE = "2026-12-01"
+# A generous bound on a busy hour's requests (a chat, an agent, a web UI tab's polls): one a second.
+DOOR_REQUESTS_PER_BUSY_HOUR = 3600
+
+
+@dataclass(frozen=True)
+class DoorMonth:
+    """A month of the front door in one usage pattern (an estimate, like the VM's)."""
+
+    busy_hours_per_day: float
+    in_flight_share: float
+    """The share of the busy hours with at least one request in flight at the door (1: all of them)."""
+    vcpu_seconds: float
+    gib_seconds: float
+    requests: float
+    usd: float
+    """With the billing account's Cloud Run free tier all the door's own."""
+    usd_without_free_tier: float
+    """When other Cloud Run services on the billing account have used the free tier up."""
+
+
+def door_month(
+    *,
+    vcpus: float,
+    memory_gib: float,
+    busy_hours_per_day: float = 4.0,
+    sessions_per_day: int = 2,
+    in_flight_share: float = 1.0,
+    requests_per_busy_hour: float = DOOR_REQUESTS_PER_BUSY_HOUR,
+) -> DoorMonth:
+    """The door's Cloud Run bill for a month of ``busy_hours_per_day`` in ``sessions_per_day``
+    sessions (the autostop table's pattern), for an instance of ``vcpus`` and ``memory_gib``.
+
+    Billed: each session's first request, held through the wake (the time to first token after an
+    idle stop, infra/cold_start.py), the busy hours' share with a request in flight, and the idle
+    stop's request, which starts an instance of its own (the door scaled to zero in the idle window).
+    Idle, nothing is billed: no request, no instance (min instances 0)."""
+    days = HOURS_PER_MONTH / 24
+    per_day = sessions_per_day * (ttft_after_idle_stop_s() + DOOR_START_S)
+    per_day += busy_hours_per_day * 3600 * in_flight_share
+    seconds = per_day * days
+    vcpu_s, gib_s = seconds * vcpus, seconds * memory_gib
+    requests = (busy_hours_per_day * requests_per_busy_hour + 2 * sessions_per_day) * days
+
+    def bill(free_vcpu: float, free_gib: float, free_requests: float) -> float:
+        return (
+            max(0.0, vcpu_s - free_vcpu) * RUN_USD_PER_VCPU_SECOND
+            + max(0.0, gib_s - free_gib) * RUN_USD_PER_GIB_SECOND
+            + max(0.0, requests - free_requests) / 1e6 * RUN_USD_PER_MILLION_REQUESTS
+        )
+
+    return DoorMonth(
+        busy_hours_per_day=busy_hours_per_day,
+        in_flight_share=in_flight_share,
+        vcpu_seconds=round(vcpu_s),
+        gib_seconds=round(gib_s),
+        requests=round(requests),
+        usd=round(bill(RUN_FREE_VCPU_SECONDS, RUN_FREE_GIB_SECONDS, RUN_FREE_REQUESTS), 2),
+        usd_without_free_tier=round(bill(0, 0, 0), 2),
+    )
+
+
+def door_cost_table(*, vcpus: float, memory_gib: float) -> str:
+    """docs/door.md's table of the door's month (scripts/gen_docs.py renders it there)."""
+    rows = [
+        f"| the door ({vcpus:g} vCPU, {memory_gib:g} GiB), 2 sessions a day | vCPU-seconds a month "
+        "| USD a month | without the free tier |",
+        "| --- | --- | --- | --- |",
+    ]
+    idle = door_month(vcpus=vcpus, memory_gib=memory_gib, busy_hours_per_day=0, sessions_per_day=0)
+    rows.append(
+        f"| idle all month | {idle.vcpu_seconds:,.0f} | ${idle.usd:.2f} | ${idle.usd_without_free_tier:.2f} |"
+    )
+    for share, what in ((1.0, "every second of them"), (0.5, "half of them"), (0.25, "a quarter of them")):
+        m = door_month(vcpus=vcpus, memory_gib=memory_gib, in_flight_share=share)
+        rows.append(
+            f"| {m.busy_hours_per_day:g} busy hours a day, a request in flight {what} "
+            f"| {m.vcpu_seconds:,.0f} | ${m.usd:.2f} | ${m.usd_without_free_tier:.2f} |"
+        )
+    return "\n".join(rows)

@@ -26,11 +26,14 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from infra import cold_start, fleet_bounds, pricing  # noqa: E402
 from infra.config import DEFAULT_IDLE_STOP_MINUTES, NOMINAL_MODEL_BYTES, StackConfig  # noqa: E402
 from infra.output_reference import OUTPUTS, WHEN_TEXT  # noqa: E402
+from qwen36.errors import exit_code_table  # noqa: E402
 
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 BOOT_BENCH_RESULTS = ROOT / "bench" / "results" / "boot_bench.json"
 GPU_RESULTS = ROOT / "bench" / "gpu" / "RESULTS.md"
+CALIBRATION_RUN = ROOT / "bench" / "gpu" / "results" / "calibrate-h200-run1.table"
+CALIBRATION_GPU = ROOT / "bench" / "gpu" / "results" / "calibrate-h200-gpu.txt"
 MARK = re.compile(r"<!-- gen:(?P<name>[a-z0-9.-]+) -->(?P<body>.*?)<!-- /gen:(?P=name) -->", re.S)
 
 
@@ -107,6 +110,7 @@ def _boot_bench() -> dict[str, object]:
 BOOT_PATH_NOTES = {
     "new VM, GCS cache, baked image": "every member the group creates once the build is baked",
     "new VM, GCS cache, stock image": "`useToolingImage: false`",
+    "new VM, first boot of a key (calibrates), baked image": "a build's first deployment",
 }
 
 
@@ -170,6 +174,70 @@ def gpu_decode_table() -> str:
     return "\n".join(rows)
 
 
+@cache
+def _calibration_run() -> tuple[list[list[str]], dict[str, str]]:
+    """bench/gpu/results/calibrate-h200-run1.table: startup/calibrate.py's table (columns two or more
+    spaces apart) and its closing line."""
+    rows, summary = [], {}
+    for line in CALIBRATION_RUN.read_text().splitlines()[1:]:
+        if line.startswith("winner: "):
+            match = re.fullmatch(
+                r"winner: (?P<winner>\S+) \((?P<tok_s>[\d.]+) tok/s\); took (?P<took>[\d.]+) s of a "
+                r"(?P<bound>[\d.]+) s bound; repeat noise (?P<noise>[\d.]+%); complete: (?P<complete>\w+)",
+                line,
+            )
+            assert match, f"{CALIBRATION_RUN}: an unexpected closing line {line!r}"
+            summary = match.groupdict()
+        elif line.strip():
+            rows.append(re.split(r"\s{2,}", line.strip(), maxsplit=5))
+    assert rows and summary, f"{CALIBRATION_RUN}: no candidates or no closing line"
+    return rows, summary
+
+
+def calibration_table() -> str:
+    """bench/gpu/results/calibrate-h200-run1.table: the first-boot calibration on one H200."""
+    out = [
+        "| candidate | status | prompts | tok/s | acceptance | why it stopped |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    for name, status, prompts, tok_s, accept, *detail in _calibration_run()[0]:
+        out.append(f"| `{name}` | {status} | {prompts} | {tok_s} | {accept} | {_cell(''.join(detail))} |")
+    return "\n".join(out)
+
+
+def _calibration_gpu() -> str:
+    name, driver, ecc, memory = (part.strip() for part in CALIBRATION_GPU.read_text().strip().split(","))
+    return f"one {name} (driver {driver}, ECC {ecc.lower()}, {memory})"
+
+
+def _door_resources() -> tuple[float, float]:
+    """The door's vCPUs and GiB of memory, as infra/door.py asks Cloud Run for them."""
+    from infra.door import CPU, MEMORY
+
+    assert MEMORY.endswith("Mi"), MEMORY
+    return float(CPU), int(MEMORY.removesuffix("Mi")) / 1024
+
+
+def door_cost_table() -> str:
+    """infra/pricing.py's Cloud Run prices and the door's size (infra/door.py)."""
+    vcpus, memory_gib = _door_resources()
+    return pricing.door_cost_table(vcpus=vcpus, memory_gib=memory_gib)
+
+
+def _door_month(**kwargs: float) -> pricing.DoorMonth:
+    vcpus, memory_gib = _door_resources()
+    return pricing.door_month(vcpus=vcpus, memory_gib=memory_gib, **kwargs)  # type: ignore[arg-type]
+
+
+def door_ttft_table() -> str:
+    """infra/cold_start.py: the time to first token of a request after an idle stop, phase by phase."""
+    rows = ["| phase | s |", "| --- | ---: |"]
+    rows += [f"| {name} | {seconds:g} |" for name, seconds in cold_start.ttft_after_idle_stop_phases()]
+    total = cold_start.ttft_after_idle_stop_s()
+    rows.append(f"| **time to first token** | **{total:g}** ({cold_start.minutes(total)}) |")
+    return "\n".join(rows)
+
+
 def fleet_cost_table() -> str:
     """infra/pricing.py's list prices for the fleet's parts."""
     spot = pricing.estimate_hourly_cost(StackConfig()).usd_per_hour
@@ -219,8 +287,8 @@ def _edge_hourly() -> str:
 
 
 def _first_up() -> str:
-    # integrator: the design bakes before the group on a build's first deployment (decision 4);
-    # bench/first_deploy.py names that way "bake before the server".
+    # A build's first deployment bakes the tooling image before it creates the group
+    # (infra/tooling_image.py); bench/first_deploy.py names that way "bake before the server".
     (before,) = [t for t in _timelines() if t.name.startswith("bake before")]
     return cold_start.minutes(before.up_returns_s)
 
@@ -239,6 +307,25 @@ def _image_month() -> str:
     from infra.tooling_image import BUILDER_DISK_GB
 
     return f"~${BUILDER_DISK_GB * pricing.IMAGE_USD_PER_GB_MONTH:.0f}/month"
+
+
+def _door_subnet() -> str:
+    from infra.network import DOOR_SUBNET_CIDR
+
+    return DOOR_SUBNET_CIDR
+
+
+def _policy_rules() -> list[str]:
+    """The rules of infra/policy.py, each one mandatory policy of the pack (policy/pack.py)."""
+    from infra import policy
+
+    return [rule.__name__ for rule in (*policy.RULES, *policy.PROGRAM_RULES)]
+
+
+def _calibration_budget() -> int:
+    from infra.boot_script import CALIBRATION_BUDGET_S
+
+    return CALIBRATION_BUDGET_S
 
 
 def _costs() -> pricing.AutostopCosts:
@@ -266,6 +353,21 @@ FIGURES: dict[str, Callable[[], str]] = {
     "idle.default": lambda: str(DEFAULT_IDLE_STOP_MINUTES),
     "fleet.timeout": lambda: cold_start.minutes(fleet_bounds.GENERATION_BOUND_S),
     "fleet.cooldown": lambda: f"{fleet_bounds.COLD_START_BOUND_S} s",
+    "cost.door-idle": lambda: f"${_door_month(busy_hours_per_day=0, sessions_per_day=0).usd:.0f}",
+    "cost.door-busy-month": lambda: f"~${_door_month().usd:.2f}",
+    "cost.door-no-free-tier": lambda: f"~${_door_month().usd_without_free_tier:.0f}",
+    "door.ttft": lambda: cold_start.minutes(cold_start.ttft_after_idle_stop_s()),
+    "door.wake-bound": lambda: f"{StackConfig().door_wake_bound_seconds} s",
+    "calib.budget": lambda: f"{_calibration_budget()} s",
+    "calib.h200-took": lambda: f"{_calibration_run()[1]['took']} s",
+    "calib.h200-winner": lambda: (
+        f"`{_calibration_run()[1]['winner']}` at {_calibration_run()[1]['tok_s']} tok/s"
+    ),
+    "calib.h200-gpu": _calibration_gpu,
+    "config.default-max-tokens": lambda: str(StackConfig().default_max_tokens),
+    "config.max-ctx": lambda: str(StackConfig().max_ctx_size),
+    "net.door-subnet": lambda: f"`{_door_subnet()}`",
+    "policy.rules": lambda: str(len(_policy_rules())),
 }
 
 TABLES: dict[str, Callable[[], str]] = {
@@ -277,6 +379,10 @@ TABLES: dict[str, Callable[[], str]] = {
     "gpu-decode": gpu_decode_table,
     "autostop-cost": lambda: pricing.autostop_cost_table(StackConfig()),
     "fleet-cost": fleet_cost_table,
+    "door-cost": door_cost_table,
+    "door-ttft": door_ttft_table,
+    "calibration-h200": calibration_table,
+    "exit-codes": lambda: exit_code_table(),
 }
 GENERATORS = {**TABLES, **FIGURES}
 

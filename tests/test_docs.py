@@ -8,6 +8,9 @@
 - Every ``qwen36 <command>`` a page names is registered, every config key and stack output it names
   exists, and every config recipe (a bash block of ``pulumi config set`` lines) deploys under the
   program mocks.
+- Facts a page keeps beside the code: every rule of the policy pack has its row in docs/limits.md,
+  every figure of the boot's ready report its line in docs/boot.md, every live check what settles it,
+  the door's poll copied into infra/cold_start.py is the door's, and no note for the integrator is left.
 """
 
 from __future__ import annotations
@@ -325,3 +328,48 @@ def test_every_config_recipe_deploys_as_written(recipe: Recipe) -> None:
 
     deployed = deploy("dev", recipe.overrides)
     assert deployed.outputs["apiBaseUrl"]
+
+
+# --- facts the pages keep with the code -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", PAGES, ids=IDS)
+def test_no_page_keeps_a_note_for_the_integrator(path: Path) -> None:
+    assert "<!-- integrator:" not in path.read_text()
+
+
+def test_the_wake_figures_use_the_door_s_own_poll() -> None:
+    """infra/cold_start.py copies the door's health poll (infra imports no door): the copies agree."""
+    from door.config import DEFAULT_HEALTH_POLL_S
+    from infra import cold_start
+
+    assert cold_start.DOOR_HEALTH_POLL_S == DEFAULT_HEALTH_POLL_S
+
+
+def test_the_limits_page_names_every_rule_of_the_pack() -> None:
+    text = (ROOT / "docs" / "limits.md").read_text()
+    missing = [name for name in gen_docs._policy_rules() if f"`{name}`" not in text]
+    assert missing == [], "docs/limits.md: give each rule its row"
+
+
+def test_the_boot_page_explains_every_figure_of_the_ready_report() -> None:
+    from infra import boot_protocol
+
+    names = [*boot_protocol.FIGURES, *boot_protocol.CALIBRATION_FIELDS]
+    text = (ROOT / "docs" / "boot.md").read_text()
+    assert [n for n in names if f"| `{n}`" not in text and f"`, `{n}`" not in text] == []
+
+
+def test_the_calibration_run_s_winner_is_its_fastest_measured_candidate() -> None:
+    """The closing line and the table of bench/gpu/results/calibrate-h200-run1.table agree."""
+    rows, summary = gen_docs._calibration_run()
+    measured = {name: float(tok_s) for name, status, _, tok_s, *_ in rows if status == "measured"}
+    assert max(measured, key=measured.__getitem__) == summary["winner"]
+    assert measured[summary["winner"]] == float(summary["tok_s"])
+    assert float(summary["took"]) <= float(summary["bound"])
+
+
+def test_every_live_check_says_what_settles_it() -> None:
+    text = (ROOT / "docs" / "live-checks.md").read_text()
+    items = re.split(r"^\d+\. ", text, flags=re.M)[1:]
+    assert items and all("*Settles it:*" in item for item in items)

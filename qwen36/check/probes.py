@@ -314,7 +314,7 @@ def _tooling_image(plan: Plan, apis: Apis) -> tuple[list[Fact], Plan]:
         return [
             ok("tooling image", f"family {family} is empty and buildToolingImage is false: the stock image")
         ], plan
-    text = f"family {family} is empty: this deploy bakes it beside the first server"
+    text = f"family {family} is empty: this deploy bakes it before it creates the group"
     return [ok("tooling image", text)], dataclasses.replace(plan, bakes=True)
 
 

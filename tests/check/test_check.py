@@ -467,9 +467,8 @@ def test_a_first_deploy_that_bakes_tests_the_bakes_permissions_too(
     lines, code = check()
     assert lines == with_lines(
         {
-            "tooling image": f"ok    tooling image: family {FAMILY} is empty: this deploy bakes it beside "
-            "the "
-            "first server",
+            "tooling image": f"ok    tooling image: family {FAMILY} is empty: this deploy bakes it before "
+            "it creates the group",
             "permissions": "BLOCK permissions for tooling image bake: 1 missing: compute.images.create "
             "(create the "
             "tooling image); fix: ask a project owner for roles/compute.instanceAdmin.v1 and "

@@ -70,3 +70,29 @@ def test_the_web_ui_through_the_door_with_the_key(make_world: WorldFactory) -> N
             browser.close()
     # Every UI request reached llama-server through the door, with the door's key, never the browser's.
     assert any(path.endswith("/chat/completions") for _, path in world.relay.proxied())
+
+
+def test_a_browser_without_the_key_gets_the_door_s_key_page(make_world: WorldFactory) -> None:
+    """The first visit of the web UI: the door's own key page, with the server left asleep (no
+    resize, nothing proxied). Needs Chromium only, no UI build. Its screenshot, with the key typed
+    in, is docs/door-key-page.png (copied from test-artifacts/door-web-ui/key-page.png)."""
+    if not CHROMIUM.is_file():
+        pytest.skip("Chromium is missing")
+    from playwright.sync_api import expect, sync_playwright
+
+    world = make_world(size=0)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 640, "height": 300})
+            page.set_default_timeout(STEP_MS)
+            page.goto(f"{world.url}/")
+            expect(page.get_by_role("heading", name="Qwen3.6 endpoint")).to_be_visible()
+            expect(page.get_by_text("pulumi stack output apiKey --show-secrets")).to_be_visible()
+            page.locator("#key").fill(API_KEY)
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "key-page.png"), animations="disabled")
+        finally:
+            browser.close()
+    assert world.group.resizes() == []
+    assert world.relay.proxied() == []

@@ -40,3 +40,37 @@ def test_the_table_shows_the_computed_month() -> None:
     for usd in (c.always_on, c.resize_to_zero, c.stop_instances):
         assert f"${usd:.2f}" in table
     assert f"| {c.running_hours:g} |" in table
+
+
+def test_the_door_costs_nothing_idle_and_bills_only_requests_in_flight() -> None:
+    """The door's month (docs/door.md, README): Cloud Run's request-based billing after its free tier."""
+    from infra.cold_start import DOOR_START_S, ttft_after_idle_stop_s
+    from infra.pricing import (
+        RUN_FREE_VCPU_SECONDS,
+        RUN_USD_PER_GIB_SECOND,
+        RUN_USD_PER_MILLION_REQUESTS,
+        RUN_USD_PER_VCPU_SECOND,
+        door_month,
+    )
+
+    idle = door_month(vcpus=1, memory_gib=0.5, busy_hours_per_day=0, sessions_per_day=0)
+    assert idle.vcpu_seconds == idle.requests == idle.usd == idle.usd_without_free_tier == 0
+
+    busy = door_month(vcpus=1, memory_gib=0.5)
+    days = HOURS_PER_MONTH / 24
+    seconds = (4 * 3600 + 2 * (ttft_after_idle_stop_s() + DOOR_START_S)) * days
+    assert busy.vcpu_seconds == pytest.approx(seconds, abs=1)
+    # Past the vCPU free tier; memory (half a GiB a second) and requests stay inside theirs.
+    assert busy.usd == pytest.approx((seconds - RUN_FREE_VCPU_SECONDS) * RUN_USD_PER_VCPU_SECOND, abs=0.01)
+    whole = (
+        seconds * RUN_USD_PER_VCPU_SECOND
+        + seconds * 0.5 * RUN_USD_PER_GIB_SECOND
+        + busy.requests / 1e6 * RUN_USD_PER_MILLION_REQUESTS
+    )
+    assert busy.usd_without_free_tier == pytest.approx(whole, abs=0.01)
+    # Half as much time in flight bills less; a quarter of it fits in the free tier.
+    half = door_month(vcpus=1, memory_gib=0.5, in_flight_share=0.5)
+    quarter = door_month(vcpus=1, memory_gib=0.5, in_flight_share=0.25)
+    assert 0 == quarter.usd < half.usd < busy.usd
+    # Two vCPUs bill twice the vCPU-seconds.
+    assert door_month(vcpus=2, memory_gib=0.5).vcpu_seconds == pytest.approx(2 * busy.vcpu_seconds, abs=1)
