@@ -255,8 +255,21 @@ def _boot_until_ready(sandbox: Sandbox, reboot_s: float, name: str) -> None:
     raise RuntimeError(f"{name}: no ready boot in {MAX_BOOTS}")
 
 
+def calibrated_s(world: World, path: BootPath, durations: Durations, zero: Durations) -> float | None:
+    """The calibration's simulated seconds on this run, net of its own sandbox overhead (python and
+    docker-stub starts, which the overhead column already counts)."""
+    calibrated = world.calibrations.get((path.name, durations))
+    overhead = world.calibrations.get((path.name, zero))
+    if calibrated is not None and overhead is not None:
+        calibrated = max(0.0, calibrated - overhead)
+    return calibrated
+
+
 def results(
-    rows: list[tuple[BootPath, float, float, float, float]], durations: Durations, scale: float
+    rows: list[tuple[BootPath, float, float, float, float]],
+    durations: Durations,
+    scale: float,
+    calibrations: dict[str, float | None],
 ) -> dict[str, object]:
     """One run's figures, with the critical paths they were measured on (docs/boot.md's source)."""
     return {
@@ -266,7 +279,7 @@ def results(
         "paths": [
             {
                 "name": path.name,
-                "critical_ours": path.critical(durations, True),
+                "critical_ours": path.critical(durations, True, calibrations.get(path.name)),
                 "critical_original": path.critical(durations, False),
                 "ours_s": round(ours, 1),
                 "original_s": round(original, 1),
@@ -313,15 +326,12 @@ def main(argv: list[str] | None = None) -> int:
         "| sandbox overhead ours / original | ÷ without the overhead |"
     )
     print("|---|---|---|---|---|---|---|---|")
+    calibrations = {path.name: calibrated_s(world, path, durations, zero) for path, *_ in rows}
     if args.json is not None:
-        args.json.write_text(json.dumps(results(rows, durations, args.scale), indent=2) + "\n")
+        args.json.write_text(json.dumps(results(rows, durations, args.scale, calibrations), indent=2) + "\n")
     for path, ours, original, ours_overhead, original_overhead in rows:
         net = (ours - ours_overhead) / max(original - original_overhead, 1e-9)
-        calibrated = world.calibrations.get((path.name, durations))
-        overhead = world.calibrations.get((path.name, zero))
-        if calibrated is not None and overhead is not None:
-            # Its own sandbox overhead (python and docker-stub starts) is in the overhead column.
-            calibrated = max(0.0, calibrated - overhead)
+        calibrated = calibrations[path.name]
         print(
             f"| {path.name} | {_phases(path.critical(durations, True, calibrated))} | {ours:.0f} s "
             f"| {_phases(path.critical(durations, False))} | {original:.0f} s | {ours / original:.2f} "
