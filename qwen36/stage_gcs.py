@@ -9,11 +9,13 @@ https://cloud.google.com/storage/docs/performing-resumable-uploads#resume-upload
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import time
 from pathlib import Path
 from typing import IO, Any
 
+import urllib3
 from google.api_core import exceptions
 from google.auth.exceptions import DefaultCredentialsError
 from google.cloud import storage
@@ -36,6 +38,17 @@ CHUNK_RETRY_S = 60.0
 # dropped connection is still retried (google-cloud-storage's own policy, with a shorter deadline).
 BUCKET_CHECK_TIMEOUT_S = 30
 BUCKET_RETRY_DEADLINE_S = 10.0
+# What a chunk's send or a recover can end in once the library's own retries are spent: it retries
+# http.client's and urllib3's errors beside requests' and re-raises the last one as it came
+# (google/resumable_media/requests/_request_helpers.py, _CONNECTION_ERROR_CLASSES), and those two
+# are neither OSError nor requests' own.
+TRANSFER_ERRORS = (
+    common.InvalidResponse,
+    http_errors.RequestException,
+    http.client.HTTPException,
+    urllib3.exceptions.HTTPError,
+    OSError,
+)
 
 
 def storage_client() -> storage.Client:
@@ -106,10 +119,20 @@ class SessionUpload(ResumableUpload):
     def __init__(self, url: str, stream: IO[bytes], size: int, chunk_size: int) -> None:
         super().__init__(url, chunk_size)
         self._resumable_url = url
-        self._stream = stream
+        self._stream = self._source = stream
         self._total_bytes = size
         self._content_type = CONTENT_TYPE
         self._retry_strategy = common.RetryStrategy(max_cumulative_retry=CHUNK_RETRY_S)
+
+    def align_stream(self) -> None:
+        """Read the next chunk from the first byte GCS has not persisted. A 308 may persist fewer
+        bytes than the chunk carried ("you should not assume that the server received all bytes
+        sent in any given request",
+        https://cloud.google.com/storage/docs/performing-resumable-uploads#chunked-upload); the
+        library then records GCS's offset but reads on from where the stream is, and refuses the
+        next chunk with a ValueError."""
+        if self._source.tell() != self.bytes_uploaded:
+            self._source.seek(self.bytes_uploaded)
 
 
 def _get_blob(bucket: storage.Bucket, name: str) -> storage.Blob | None:
@@ -173,9 +196,10 @@ def _transmit(session: SessionUpload, transport: Any, size: int, on_progress: Pr
             if failures:
                 # Ask GCS which bytes it holds, then continue from there.
                 session.recover(transport)
+            session.align_stream()
             session.transmit_next_chunk(transport, timeout=GCS_TIMEOUT_S)
             failures = 0
-        except (common.InvalidResponse, http_errors.RequestException, OSError) as exc:
+        except TRANSFER_ERRORS as exc:
             failures += 1
             if failures >= MAX_CHUNK_ATTEMPTS:
                 raise StageError(
@@ -217,12 +241,20 @@ def _resume(
     session = SessionUpload(url, stream, size, chunk_size)
     try:
         session.recover(transport)
-    except (common.InvalidResponse, http_errors.RequestException) as exc:
-        # Sessions expire after a week, and a finished one no longer answers 308: start a new one.
-        # https://cloud.google.com/storage/docs/resumable-uploads#session-uris
-        say(f"the earlier upload session cannot be resumed ({exc.__class__.__name__}); starting again")
-        state.unlink(missing_ok=True)
-        return None
+    except TRANSFER_ERRORS as exc:
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if isinstance(exc, common.InvalidResponse) and status not in common.RETRYABLE:
+            # Sessions expire after a week, and a finished one no longer answers 308: start anew.
+            # https://cloud.google.com/storage/docs/resumable-uploads#session-uris
+            say(f"the earlier upload session cannot be resumed (HTTP {status}); starting again")
+            state.unlink(missing_ok=True)
+            return None
+        # GCS out of reach, or busy, says nothing of the session: keep it for the next run.
+        why = f"HTTP {status}" if status else type(exc).__name__
+        raise StageError(
+            f"cannot reach GCS to resume the earlier upload ({why}); the session is kept: rerun to resume",
+            Exit.UNREACHABLE,
+        ) from None
     say(f"resuming the earlier upload: GCS holds {session.bytes_uploaded} of {size} bytes")
     return session
 

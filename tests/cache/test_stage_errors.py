@@ -84,6 +84,8 @@ def test_a_connection_drop_mid_upload_says_rerun_to_resume(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setattr(stage_gcs, "MAX_CHUNK_ATTEMPTS", 2)
+    # The library's own retrying of each send and recover, 60 s apiece when unpatched.
+    monkeypatch.setattr(stage_gcs, "CHUNK_RETRY_S", 2.0)
     proxy.stall_after(small_file.size // 2)
 
     def cut() -> None:
@@ -102,7 +104,7 @@ def test_a_connection_drop_mid_upload_says_rerun_to_resume(
         "--chunk-mib",
         "4",
     )
-    assert code == Exit.UNREACHABLE
+    assert code == Exit.UNREACHABLE, out
     assert "stage: error: upload stopped at byte " in out
     assert "rerun to resume from there" in out
 
