@@ -178,7 +178,8 @@ fleet = (
 )
 
 # `pulumi up` ends only when a member of the group answers, by the boot's own report in guest
-# attributes. A new template (any change to the VM) waits again.
+# attributes, and, with a door, when the door's URL reaches it. A new template (any change to the VM)
+# or a new door revision waits again.
 gate = HealthGate(
     "health",
     HealthGateArgs(
@@ -188,6 +189,9 @@ gate = HealthGate(
         template_id=server.template_id,
         startup_script_sha256=server.startup_script_sha256,
         api_key=api_key.api_key if api_key else None,
+        door_url=door.url if door is not None else None,
+        door_service=door.service.name if door is not None else None,
+        door_revision=door.source.name if door is not None else None,
         timeout_minutes=cfg.health_timeout_minutes,
         depends_on=[server.group],
     ),

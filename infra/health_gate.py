@@ -9,6 +9,8 @@ is a new template, which the group rolls out) and the startup script's sha256. A
 other inputs (the command line, which names this machine's interpreter, or the environment) is an
 update, and with no ``update`` command the provider runs ``create`` again: one more wait, which
 passes at its first poll when the server is up. So an unchanged ``pulumi up`` does not wait again.
+With a front door the wait ends by asking the door's URL for the server (qwen36/door_probe.py), and
+a new door revision (its source archive) is a trigger too.
 https://www.pulumi.com/registry/packages/command/api-docs/local/command/
 """
 
@@ -42,6 +44,12 @@ class HealthGateArgs:
     url: pulumi.Input[str] | None = None
     """``http://<ip>:8080`` when the deployer can reach the port; None (IAP only) follows the VM's report."""
     api_key: pulumi.Input[str] | None = None
+    door_url: pulumi.Input[str] | None = None
+    """The front door's URL: once the group serves, it must reach the server too (qwen36/door_probe.py)."""
+    door_service: pulumi.Input[str] | None = None
+    """The door's Cloud Run service name, for the logs command a failed look names."""
+    door_revision: pulumi.Input[str] | None = None
+    """What makes a new door revision (its source archive): a new one is looked at again."""
     timeout_minutes: int = DEFAULT_TIMEOUT_MINUTES
     poll_seconds: float = 5.0
     depends_on: list[pulumi.Resource] | None = None
@@ -58,6 +66,8 @@ def wait_command(
     group: str | None = None,
     zone: str | None = None,
     instance: str | None = None,
+    door_url: str | None = None,
+    door_service: str | None = None,
     python: str = sys.executable,
 ) -> str:
     """The shell command the gate runs (every value quoted): for a group (region and group), or for
@@ -72,6 +82,10 @@ def wait_command(
         argv += ["--zone", zone, "--instance", instance]
     else:
         raise ValueError("wait_command needs region and group, or zone and instance")
+    if door_url is not None:
+        argv += ["--door-url", door_url]
+        if door_service is not None:
+            argv += ["--door-service", door_service]
     argv += ["--timeout-minutes", str(timeout_minutes), "--poll-seconds", f"{poll_seconds:g}"]
     return shlex.join(argv)
 
@@ -84,7 +98,12 @@ class HealthGate(pulumi.ComponentResource):
         super().__init__("qwen36:infra:HealthGate", name, None, opts)
         self.mode = "http" if args.url is not None else "guest-attributes"
         command = pulumi.Output.all(
-            project=args.project, region=args.region, group=args.group_name, url=args.url
+            project=args.project,
+            region=args.region,
+            group=args.group_name,
+            url=args.url,
+            door_url=args.door_url,
+            door_service=args.door_service,
         ).apply(
             lambda v: wait_command(
                 mode=self.mode,
@@ -94,6 +113,8 @@ class HealthGate(pulumi.ComponentResource):
                 timeout_minutes=args.timeout_minutes,
                 poll_seconds=args.poll_seconds,
                 url=v["url"],
+                door_url=v["door_url"],
+                door_service=v["door_service"],
             )
         )
         environment: dict[str, pulumi.Input[str]] = {"PYTHONUNBUFFERED": "1"}
@@ -105,7 +126,8 @@ class HealthGate(pulumi.ComponentResource):
             create=command,
             dir=str(REPO_ROOT),
             environment=environment,
-            triggers=[args.template_id, args.startup_script_sha256],
+            triggers=[args.template_id, args.startup_script_sha256]
+            + ([args.door_revision] if args.door_revision is not None else []),
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on or [])),
         )
         self.ready = self.command.stdout.apply(lambda _out: True)

@@ -272,6 +272,15 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass(frozen=True)
+class Ready:
+    """How a wait ended well: its one-line summary, and whether the group was stopped (size 0) with
+    no server to wait for."""
+
+    summary: str
+    stopped: bool = False
+
+
 def wait_ready(
     *,
     settings: WaitSettings,
@@ -283,10 +292,10 @@ def wait_ready(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     wall: Callable[[], datetime] = _utcnow,
-) -> str:
+) -> Ready:
     """Blocks until ready (HTTP mode when ``url`` is given, else the member's report decides).
 
-    Returns a one-line summary; raises :class:`WaitFailed` with a diagnosis on timeout, on a
+    Returns how it ended; raises :class:`WaitFailed` with a diagnosis on timeout, on a
     ``failed`` report from the member's current start, or on a quota error.
     """
     if url is None and (group is None or reader is None):
@@ -326,12 +335,12 @@ def wait_ready(
                     "nothing to wait for; `qwen36 wake` starts it from the current template"
                 )
                 emit(summary)
-                return summary
+                return Ready(summary, stopped=True)
             if ready:
                 where = f" on {view.member.name} in {view.member.zone}" if view.member else ""
                 summary = f"ready after {_elapsed(now - started)}{where}: {decider.detail}"
                 emit(summary)
-                return summary
+                return Ready(summary)
             if vm is not None and vm.failed:
                 raise WaitFailed(
                     diagnose(f"the VM reported failure: {vm.detail}", parts, group, view, reader, progress)

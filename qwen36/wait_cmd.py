@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 
 from qwen36.argtypes import positive_float
 from qwen36.errors import Exit, QwenError, UsageError, as_error
@@ -35,6 +36,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--group", help="the regional managed instance group's name")
     parser.add_argument("--zone", help="with --instance: wait on one plain VM (the tooling image's builder)")
     parser.add_argument("--instance", help="with --zone: the plain VM's name")
+    parser.add_argument(
+        "--door-url", help="once the group serves, the front door's URL must reach it (qwen36/door_probe.py)"
+    )
+    parser.add_argument("--door-service", help="with --door-url: the door's Cloud Run service, for its logs")
     parser.add_argument("--timeout-minutes", type=positive_float, required=True)
     parser.add_argument("--poll-seconds", type=positive_float, default=DEFAULT_POLL_S)
     parser.add_argument("--heartbeat-seconds", type=positive_float, default=DEFAULT_HEARTBEAT_S)
@@ -52,6 +57,13 @@ def check(args: argparse.Namespace) -> None:
         raise UsageError("--mode http needs --url")
     if args.url is not None and not args.url.startswith(("http://", "https://")):
         raise UsageError(f"--url {args.url!r}: give an http:// or https:// URL")
+    if args.door_url is not None:
+        if not args.door_url.startswith(("http://", "https://")):
+            raise UsageError(f"--door-url {args.door_url!r}: give an http:// or https:// URL")
+        if not os.environ.get(API_KEY_ENV):
+            raise UsageError(
+                f"--door-url needs the API key in {API_KEY_ENV}: the door admits nothing without it"
+            )
     if not (args.region and args.group) and not (args.zone and args.instance):
         raise UsageError("needs --region and --group (a server group), or --zone and --instance")
     if args.timeout_minutes > MAX_TIMEOUT_MINUTES:
@@ -87,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         group = GroupTarget(project=args.project, region=args.zone.rsplit("-", 1)[0], group=args.instance)
         reader = SingleVmReader(reader, vm) if reader is not None else None
     try:
-        wait_ready(
+        ready = wait_ready(
             settings=WaitSettings(
                 timeout_s=args.timeout_minutes * 60,
                 poll_s=args.poll_seconds,
@@ -108,4 +120,20 @@ def run(args: argparse.Namespace) -> int:
         if rest:
             print(rest, flush=True)
         raise QwenError(first, EXIT_NOT_READY) from None
+    if args.door_url is not None:
+        from qwen36.door_probe import wait_door
+
+        logs = ""
+        if args.door_service and args.region:
+            where = ["--region", args.region, "--project", args.project]
+            logs = shlex.join(["gcloud", "run", "services", "logs", "read", args.door_service, *where])
+        wait_door(
+            args.door_url,
+            os.environ[API_KEY_ENV],
+            server_stopped=ready.stopped,
+            poll_s=args.poll_seconds,
+            heartbeat_s=args.heartbeat_seconds,
+            logs_command=logs,
+            emit=lambda line: print(line, flush=True),
+        )
     return 0

@@ -327,3 +327,18 @@ def _alive(pid: int) -> bool:
     # A zombie is gone for our purpose (its parent, the CLI, has exited).
     stat = Path(f"/proc/{pid}/stat")
     return not (stat.exists() and stat.read_text().split()[2] == "Z")
+
+
+def test_the_gates_door_look_without_the_key_is_refused_before_anything_runs(
+    bare: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("QWEN36_API_KEY", raising=False)
+    argv = ["wait", "--mode", "guest-attributes", *WHERE, "--timeout-minutes", "1"]
+    assert _one_line(capsys, *argv, "--door-url", "https://qwen36-door-1.us-central1.run.app") == (
+        Exit.USAGE,
+        "wait: error: --door-url needs the API key in QWEN36_API_KEY: the door admits nothing without it",
+    )
+    assert _one_line(capsys, *argv, "--door-url", "qwen36-door-1.us-central1.run.app") == (
+        Exit.USAGE,
+        "wait: error: --door-url 'qwen36-door-1.us-central1.run.app': give an http:// or https:// URL",
+    )

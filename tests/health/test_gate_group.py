@@ -39,7 +39,7 @@ def run_gate(
                 clock=clock,
                 sleep=clock.sleep,
                 wall=clock.wall,
-            )
+            ).summary
         except WaitFailed as failure:
             return lines, None, str(failure)
     return lines, summary, ""

@@ -70,6 +70,7 @@ def deploy(
     script_sha: str = "a" * 64,
     url: str | None = None,
     api_key: str | None = None,
+    door: tuple[str, str, str] | None = None,
 ) -> RecordingMonitor:
     """Runs a program of one VM and its gate under mocks (not preview); returns what was registered."""
     mocks = Mocks(template_name)
@@ -105,6 +106,9 @@ def deploy(
                 startup_script_sha256=script_sha,
                 url=url,
                 api_key=pulumi.Output.secret(api_key) if api_key else None,
+                door_url=door[0] if door else None,
+                door_service=door[1] if door else None,
+                door_revision=door[2] if door else None,
                 timeout_minutes=20,
             ),
         )
@@ -170,3 +174,19 @@ def test_public_endpoint_probes_http_and_keeps_the_key_out_of_the_command_line()
 def test_no_api_key_no_secret_environment() -> None:
     environment = command_of(deploy(url="http://203.0.113.7:8080")).inputs["environment"]
     assert environment == {"PYTHONUNBUFFERED": "1"}
+
+
+DOOR_URL = "https://qwen36-dev-door-123456789012.europe-west4.run.app"
+
+
+def test_with_a_door_the_wait_ends_at_the_doors_url_and_a_new_door_revision_waits_again() -> None:
+    door = (DOOR_URL, "qwen36-dev-door", "door/source-" + "c" * 64 + ".tar.gz")
+    command = command_of(deploy(api_key="sk-test-secret", door=door))
+    argv = shlex.split(command.inputs["create"])
+    assert argv[argv.index("--door-url") + 1] == DOOR_URL
+    assert argv[argv.index("--door-service") + 1] == "qwen36-dev-door"
+    assert command.inputs["environment"]["value"][API_KEY_ENV] == "sk-test-secret"
+    assert command.inputs["triggers"][-1] == door[2]
+    new_door = command_of(deploy(api_key="sk-test-secret", door=(*door[:2], "door/source-d.tar.gz")))
+    assert new_door.inputs["triggers"] != command.inputs["triggers"]
+    assert "--door-url" not in command_of(deploy()).inputs["create"]

@@ -95,7 +95,7 @@ def test_http_mode_passes_with_a_running_member() -> None:
     with stub_server(200, b'{"status":"ok"}') as url, fake_compute_api(group) as endpoint:
         summary = wait_ready(
             settings=SHORT, url=url, group=_target(group), reader=_reader(endpoint), emit=lines.append
-        )
+        ).summary
     assert summary.startswith("ready after") and "on qwen36-dev-x1 in europe-west4-a: /health ok" in summary
 
 
@@ -160,6 +160,6 @@ def test_http_alone_decides_when_the_group_was_never_readable() -> None:
     with stub_server(200, b'{"status":"ok"}') as url, fake_compute_api(group) as endpoint:
         summary = wait_ready(
             settings=SHORT, url=url, group=elsewhere, reader=_reader(endpoint), emit=lines.append
-        )
+        ).summary
     assert summary.startswith("ready after") and "/health ok" in summary
     assert "member unreadable (group unreadable: GroupNotFound: no group not-this-group" in lines[0]

@@ -1,0 +1,145 @@
+"""The health gate's last look: the URL that ``apiBaseUrl`` exports reaches the server.
+
+Once the member serves, ``qwen36 wait --door-url`` asks the front door for llama-server's
+``/props`` with the API key. A GET only reads, so it never wakes the server (door/app.py
+``run_without_wake``), and an answer from llama-server itself proves the whole path a client takes:
+Cloud Run's front end, the door's key check, Direct VPC egress and the server's firewall. So a door
+that cannot start, or cannot reach the member, fails ``pulumi up`` in one line instead of exporting
+a URL that never answers.
+
+A group stopped while idle has no server to reach: then the door's own answer that it is stopped
+is the proof (Cloud Run runs the door, the key passes, the door reads the group).
+
+Cloud Run refusing the request itself (403: the invoker check is on) or the door refusing the key
+(401) cannot clear by waiting, so they end the look at once. Anything else (Cloud Run still routing
+to the new revision, a 503 while the door finds the member, a refused connection) is retried up to
+``DOOR_BOUND_S``: Direct VPC egress documents that "connections may take a minute or more" to work
+at a new instance's start (https://cloud.google.com/run/docs/configuring/vpc-direct-vpc, Limitations).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+
+from qwen36.errors import QwenError
+
+DOOR_BOUND_S = 180.0
+POLL_S = 5.0
+HEARTBEAT_S = 30.0
+REQUEST_TIMEOUT_S = 20.0
+# A field of llama-server's /props (tools/server/README.md, "GET /props"): the answer is the
+# server's, not the door's.
+SERVER_FIELD = "default_generation_settings"
+# The start of the door's 503 for a read while the group is at 0 (door/app.py run_without_wake).
+STOPPED_MESSAGE = "the server is stopped while idle"
+
+
+class DoorUnreachable(QwenError):
+    """The door's URL did not reach the server."""
+
+
+@dataclass(frozen=True)
+class Look:
+    state: str
+    detail: str
+    ok: bool = False
+    final: bool = False
+    """Waiting cannot change this answer."""
+
+
+def look(client: httpx.Client, door_url: str, api_key: str, server_stopped: bool = False) -> Look:
+    url = f"{door_url.rstrip('/')}/props"
+    try:
+        response = client.get(url, headers={"Authorization": f"Bearer {api_key}"})
+    except httpx.TransportError as exc:
+        return Look("unreachable", type(exc).__name__)
+    status = response.status_code
+    if status == 403:
+        # Cloud Run answers before the container runs when the caller lacks run.routes.invoke
+        # (https://cloud.google.com/run/docs/troubleshooting#unauthorized-client).
+        return Look(
+            "refused",
+            "Cloud Run refused the request before the door (403): the service's invoker check is on, "
+            "as the organization policy constraints/run.managed.requireInvokerIam enforces; "
+            "`qwen36 check` reads it",
+            final=True,
+        )
+    if status == 401:
+        return Look(
+            "key-rejected",
+            "the door refuses the stack's API key (401): its Secret Manager version is not the "
+            "stack's apiKey; run `pulumi up` again",
+            final=True,
+        )
+    if status != 200:
+        message = _message(response)
+        if server_stopped and status == 503 and message.startswith(STOPPED_MESSAGE):
+            return Look("ok", f"the door answers for the stopped server: {message}", ok=True)
+        return Look(f"http-{status}", message)
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict) or SERVER_FIELD not in body:
+        return Look("unexpected", f"/props answered 200 without llama-server's {SERVER_FIELD}")
+    return Look("ok", "llama-server answered /props through the door", ok=True)
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:80].strip()
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        return str(error.get("message", ""))
+    return str(body)[:80]
+
+
+def wait_door(
+    door_url: str,
+    api_key: str,
+    *,
+    server_stopped: bool = False,
+    bound_s: float = DOOR_BOUND_S,
+    poll_s: float = POLL_S,
+    heartbeat_s: float = HEARTBEAT_S,
+    logs_command: str = "",
+    emit: Callable[[str], None] = print,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """Returns a one-line summary once the door reaches the server; raises DoorUnreachable, whose
+    line ends with ``logs_command`` (the door's logs) when one is given."""
+    further = f"; `{logs_command}` says why" if logs_command else ""
+    started = clock()
+    last: Look | None = None
+    said_at = started
+    with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
+        while True:
+            seen = look(client, door_url, api_key, server_stopped)
+            now = clock()
+            if seen.ok:
+                summary = f"door {door_url} reaches the server after {now - started:.0f} s: {seen.detail}"
+                emit(summary)
+                return summary
+            if seen.final:
+                raise DoorUnreachable(f"the server serves, but {door_url}: {seen.detail}")
+            if last is None or (seen.state, seen.detail) != (last.state, last.detail):
+                emit(f"door {seen.state}" + (f" ({seen.detail})" if seen.detail else ""))
+                said_at = now
+            elif now - said_at >= heartbeat_s:
+                emit(f"door {seen.state} (still waiting, {now - started:.0f} s)")
+                said_at = now
+            last = seen
+            if now - started >= bound_s:
+                detail = f"{seen.state}: {seen.detail}" if seen.detail else seen.state
+                raise DoorUnreachable(
+                    f"the server serves, but {door_url} did not reach it within {bound_s:.0f} s "
+                    f"(last: {detail}){further}"
+                )
+            sleep(min(poll_s, max(0.0, bound_s - (now - started))))
