@@ -6,6 +6,7 @@ the door's own reader (door/config.py), so the contract between infra and the do
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 import pytest
@@ -168,3 +169,11 @@ def test_the_dashboard_shows_every_door_metric_beside_the_servers_own(d: Deploym
     assert "custom.googleapis.com/qwen36/door/tokens_in" in text
     assert 'instance_name=~\\"qwen36-dev-.*\\"' in text  # the spend: this group's members only
     assert d.outputs["dashboardUrl"].startswith("https://console.cloud.google.com/monitoring/dashboards/")
+
+
+def test_the_health_gate_ends_at_the_doors_url_and_a_new_door_revision_runs_it_again(d: Deployment) -> None:
+    (gate,) = [r for r in d.of_type("command:local:Command") if r.name == "health-wait"]
+    argv = shlex.split(gate.inputs["create"])
+    assert argv[argv.index("--door-url") + 1] == d.outputs["apiBaseUrl"].removesuffix("/v1")
+    assert argv[argv.index("--door-service") + 1] == "qwen36-dev-door"
+    assert gate.inputs["triggers"][-1] == d.one(OBJECT).inputs["name"]
