@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import httpx
 
 from qwen36.errors import QwenError
+from qwen36.health import Observation
 
 DOOR_BOUND_S = 180.0
 POLL_S = 5.0
@@ -42,51 +42,42 @@ class DoorUnreachable(QwenError):
     """The door's URL did not reach the server."""
 
 
-@dataclass(frozen=True)
-class Look:
-    state: str
-    detail: str
-    ok: bool = False
-    final: bool = False
-    """Waiting cannot change this answer."""
-
-
-def look(client: httpx.Client, door_url: str, api_key: str, server_stopped: bool = False) -> Look:
+def look(client: httpx.Client, door_url: str, api_key: str, server_stopped: bool = False) -> Observation:
     url = f"{door_url.rstrip('/')}/props"
     try:
         response = client.get(url, headers={"Authorization": f"Bearer {api_key}"})
     except httpx.TransportError as exc:
-        return Look("unreachable", type(exc).__name__)
+        return Observation("unreachable", type(exc).__name__)
     status = response.status_code
     if status == 403:
         # Cloud Run answers before the container runs when the caller lacks run.routes.invoke
         # (https://cloud.google.com/run/docs/troubleshooting#unauthorized-client).
-        return Look(
+        return Observation(
             "refused",
             "Cloud Run refused the request before the door (403): the service's invoker check is on, "
             "as the organization policy constraints/run.managed.requireInvokerIam enforces; "
             "`qwen36 check` reads it",
-            final=True,
+            failed=True,
         )
     if status == 401:
-        return Look(
+        return Observation(
             "key-rejected",
             "the door refuses the stack's API key (401): its Secret Manager version is not the "
             "stack's apiKey; run `pulumi up` again",
-            final=True,
+            failed=True,
         )
     if status != 200:
         message = _message(response)
         if server_stopped and status == 503 and message.startswith(STOPPED_MESSAGE):
-            return Look("ok", f"the door answers for the stopped server: {message}", ok=True)
-        return Look(f"http-{status}", message)
+            return Observation("ok", f"the door answers for the stopped server: {message}", ready=True)
+        return Observation(f"http-{status}", message)
     try:
         body = response.json()
     except ValueError:
         body = None
     if not isinstance(body, dict) or SERVER_FIELD not in body:
-        return Look("unexpected", f"/props answered 200 without llama-server's {SERVER_FIELD}")
-    return Look("ok", "llama-server answered /props through the door", ok=True)
+        return Observation("unexpected", f"/props answered 200 without llama-server's {SERVER_FIELD}")
+    return Observation("ok", "llama-server answered /props through the door", ready=True)
 
 
 def _message(response: httpx.Response) -> str:
@@ -117,17 +108,17 @@ def wait_door(
     line ends with ``logs_command`` (the door's logs) when one is given."""
     further = f"; `{logs_command}` says why" if logs_command else ""
     started = clock()
-    last: Look | None = None
+    last: Observation | None = None
     said_at = started
     with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
         while True:
             seen = look(client, door_url, api_key, server_stopped)
             now = clock()
-            if seen.ok:
+            if seen.ready:
                 summary = f"door {door_url} reaches the server after {now - started:.0f} s: {seen.detail}"
                 emit(summary)
                 return summary
-            if seen.final:
+            if seen.failed:
                 raise DoorUnreachable(f"the server serves, but {door_url}: {seen.detail}")
             if last is None or (seen.state, seen.detail) != (last.state, last.detail):
                 emit(f"door {seen.state}" + (f" ({seen.detail})" if seen.detail else ""))
