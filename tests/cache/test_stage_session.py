@@ -26,7 +26,7 @@ import requests
 from qwen36 import stage_gcs
 from qwen36.errors import Exit
 from qwen36.stage_common import StageError, Target
-from tests.harness.loopback import serve_on_loopback
+from tests.harness.loopback import JsonHandler, serve_on_loopback
 
 CHUNK = 256 * 1024  # the chunk size the JSON API requires a multiple of
 SIZE = 4 * CHUNK + 1000
@@ -42,10 +42,7 @@ class _Session:
 
 
 def _session_handler(session: _Session) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *_: object) -> None:
-            pass
-
+    class Handler(JsonHandler):
         def do_PUT(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             with session.lock:
@@ -62,20 +59,19 @@ def _session_handler(session: _Session) -> type[BaseHTTPRequestHandler]:
                         body = body[: len(body) // 2]
                     session.persisted += body
                     if len(session.persisted) == total:
-                        self._answer(200, json.dumps({"name": "model.gguf", "size": str(total)}).encode())
+                        self._json(200, {"name": "model.gguf", "size": str(total)})
                         return
                 if session.persisted:
                     self._answer(308, headers={"Range": f"bytes=0-{len(session.persisted) - 1}"})
                 else:
                     self._answer(308)
 
-        def _answer(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+        def _answer(self, status: int, headers: dict[str, str] | None = None) -> None:
             self.send_response(status)
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Length", "0")
             self.end_headers()
-            self.wfile.write(body)
 
     return Handler
 
@@ -121,10 +117,7 @@ def test_a_rerun_that_cannot_reach_gcs_keeps_the_session_to_resume_later(
 
 
 def test_a_session_gcs_no_longer_knows_is_started_again(tmp_path: Path) -> None:
-    class Gone(BaseHTTPRequestHandler):
-        def log_message(self, *_: object) -> None:
-            pass
-
+    class Gone(JsonHandler):
         def do_PUT(self) -> None:
             self.send_response(410)
             self.send_header("Content-Length", "0")

@@ -45,7 +45,7 @@ import yaml
 from tests.cli.standins import HTML, closed_port, completion, fake_llama, fake_pulumi, never_answers
 from tests.compute_fake.group import HANG, FakeGroup, FakeMember, Fault, GroupState
 from tests.compute_fake.server import fake_compute_api
-from tests.compute_fake.shapes import attempt_error
+from tests.compute_fake.shapes import quota_blocked_group
 
 TRACEBACK = "Traceback (most recent call last)"
 CASE_TIMEOUT_S = 40.0
@@ -147,21 +147,7 @@ def world(name: str, root: Path) -> Iterator[World]:
             }.get(detail, ())
             group = _running_group(*faults)
             if detail == "quota":
-                member = FakeMember(
-                    "qwen36-ujzd",
-                    "us-central1-a",
-                    status=None,
-                    action="CREATING",
-                    last_attempt=[
-                        attempt_error(
-                            "QUOTA_EXCEEDED",
-                            "Quota 'PREEMPTIBLE_NVIDIA_L4_GPUS' exceeded.  Limit: 0.0 in region us-central1.",
-                        )
-                    ],
-                )
-                group = FakeGroup(
-                    timeline=[(0.0, GroupState(members=[member]))], project=PROJECT, region="us-central1"
-                )
+                group = quota_blocked_group(PROJECT)
             if detail == "no-report":
                 group.timeline[0][1].members[0].guest_attributes = {}
             if detail in ("stopped", "resize-503"):

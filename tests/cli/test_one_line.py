@@ -21,9 +21,9 @@ import pytest
 from qwen36.__main__ import main
 from qwen36.errors import Exit
 from tests.cli.standins import HTML, completion, fake_llama, fake_pulumi
-from tests.compute_fake.group import HANG, FakeGroup, FakeMember, Fault, GroupState
+from tests.compute_fake.group import HANG, FakeGroup, Fault
 from tests.compute_fake.server import fake_compute_api
-from tests.compute_fake.shapes import attempt_error
+from tests.compute_fake.shapes import quota_blocked_group
 
 ROOT = Path(__file__).resolve().parents[2]
 WHERE = ["--project", "acme-llm-test", "--region", "us-central1", "--group", "qwen36-dev"]
@@ -103,21 +103,7 @@ def test_no_credentials(bare: Path, capsys: pytest.CaptureFixture[str], verb: st
 
 def test_status_of_a_quota_blocked_group(capsys: pytest.CaptureFixture[str]) -> None:
     """Shown on main as ``starting: qwen36-ujzd is , action CREATING``."""
-    member = FakeMember(
-        "qwen36-ujzd",
-        "us-central1-a",
-        status=None,
-        action="CREATING",
-        last_attempt=[
-            attempt_error(
-                "QUOTA_EXCEEDED",
-                "Quota 'PREEMPTIBLE_NVIDIA_L4_GPUS' exceeded.  Limit: 0.0 in region us-central1.",
-            )
-        ],
-    )
-    group = FakeGroup(
-        timeline=[(0.0, GroupState(members=[member]))], project="acme-llm-test", region="us-central1"
-    )
+    group = quota_blocked_group("acme-llm-test")
     with fake_compute_api(group) as endpoint:
         assert main(["status", *WHERE, "--compute-endpoint", endpoint, "--anonymous"]) == 0
     assert capsys.readouterr().out == (

@@ -106,6 +106,19 @@ def attempt_error(code: str, message: str, details: list[dict[str, Any]] | None 
     return error
 
 
+def quota_blocked_group(project: str, region: str = "us-central1") -> FakeGroup:
+    """A group whose one member GCE cannot create for want of spot L4 quota (no status yet)."""
+    message = f"Quota 'PREEMPTIBLE_NVIDIA_L4_GPUS' exceeded.  Limit: 0.0 in region {region}."
+    member = FakeMember(
+        "qwen36-ujzd",
+        f"{region}-a",
+        status=None,
+        action="CREATING",
+        last_attempt=[attempt_error("QUOTA_EXCEEDED", message)],
+    )
+    return FakeGroup(timeline=[(0.0, GroupState(members=[member]))], project=project, region=region)
+
+
 def instance(group: FakeGroup, member: FakeMember) -> dict[str, Any]:
     # https://cloud.google.com/compute/docs/reference/rest/v1/instances/get
     # (status, lastStartTimestamp in RFC 3339 text; networkInterfaces[]: name, network, subnetwork,
