@@ -8,27 +8,15 @@ and never a parallel composite upload.
 
 from __future__ import annotations
 
-import json
 import shutil
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from infra.model_cache import model_object_name
 from tests.boot.sandbox import BootResult, Sandbox, hf_version
-from tests.boot.world import MODEL_FILE, Model, SandboxFactory, config, stage
+from tests.boot.world import MODEL_FILE, Model, SandboxFactory, model_object, stage_corrupt
 from tests.cache.hf_server import HfServer
 
 PCU = "CLOUDSDK_STORAGE_PARALLEL_COMPOSITE_UPLOAD_ENABLED"
-
-
-def gcs_object(sandbox: Sandbox, model: Model) -> dict[str, Any]:
-    name = urllib.parse.quote(model_object_name(config(model)), safe="")
-    url = f"{sandbox.gcs_endpoint}/storage/v1/b/{sandbox.bucket}/o/{name}"
-    with urllib.request.urlopen(url, timeout=10) as reply:
-        data: dict[str, Any] = json.loads(reply.read())
-        return data
 
 
 def assert_ready(sandbox: Sandbox, result: BootResult) -> None:
@@ -81,7 +69,7 @@ def test_the_first_deployment_installs_hf_downloads_serves_and_fills_the_cache(
     # https://cloud.google.com/storage/docs/parallel-composite-uploads: off for this one copy.
     assert upload["env"][PCU] == "False"
     assert all(PCU not in c["env"] for c in result.calls if c is not upload), "only the upload turns it off"
-    assert gcs_object(sandbox, model)["metadata"]["sha256"] == model.sha256
+    assert model_object(sandbox, model)["metadata"]["sha256"] == model.sha256
 
     # The next VM (a restart here) finds the cache: no install, no hub.
     again = sandbox.boot()
@@ -94,12 +82,7 @@ def test_a_cache_object_failing_its_sha256_is_replaced_from_the_hub(
     make_sandbox: SandboxFactory, model: Model, gcs: str, hub: HfServer, tmp_path: Path
 ) -> None:
     sandbox = make_sandbox()
-    bad = tmp_path / "bad.gguf"
-    flipped = bytearray(model.data)
-    flipped[len(flipped) // 3] ^= 0x10
-    bad.write_bytes(bytes(flipped))
-    stage(gcs, sandbox.bucket, model_object_name(config(model)), bad, model.sha256)
-    generation = gcs_object(sandbox, model)["generation"]
+    generation = stage_corrupt(sandbox, model, tmp_path)
     sandbox.edit_host(lambda host: host["gpu"].update(reset_supported=True))
     before = len(hub.cdn_requests())
     result = sandbox.boot()
@@ -110,7 +93,7 @@ def test_a_cache_object_failing_its_sha256_is_replaced_from_the_hub(
     assert_hf_installed_and_used(sandbox, result, hub, before)
     upload = self_staged(result)
     assert f"--if-generation-match={generation}" in upload["argv"] and upload["env"][PCU] == "False"
-    assert gcs_object(sandbox, model)["metadata"]["sha256"] == model.sha256
+    assert model_object(sandbox, model)["metadata"]["sha256"] == model.sha256
 
 
 def test_a_cache_object_whose_crc32c_never_matches_goes_to_the_hub_once_and_is_replaced(
@@ -118,7 +101,7 @@ def test_a_cache_object_whose_crc32c_never_matches_goes_to_the_hub_once_and_is_r
 ) -> None:
     # Every download of this generation differs from its CRC32C (the stored bytes, not the wire).
     sandbox = make_sandbox()
-    generation = gcs_object(sandbox, model)["generation"]
+    generation = model_object(sandbox, model)["generation"]
     sandbox.edit_host(lambda host: host.update(gcs_bad_crc_generations=[generation]))
     sandbox.edit_host(lambda host: host["gpu"].update(reset_supported=True))
     before = len(hub.cdn_requests())
@@ -135,7 +118,7 @@ def test_a_cache_object_whose_crc32c_never_matches_goes_to_the_hub_once_and_is_r
     assert [p.name for p in sandbox.ram_files()] == [".sha256-checked", MODEL_FILE]
     upload = self_staged(result)
     assert f"--if-generation-match={generation}" in upload["argv"] and upload["env"][PCU] == "False"
-    repaired = gcs_object(sandbox, model)
+    repaired = model_object(sandbox, model)
     assert repaired["generation"] != generation and repaired["metadata"]["sha256"] == model.sha256
 
     # Repaired: the next boot fetches the new generation from GCS, checked, and never the hub.

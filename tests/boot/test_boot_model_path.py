@@ -8,15 +8,12 @@ gcp-storage-emulator, the hub path is huggingface_hub's `hf` against tests/cache
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import urllib.parse
-import urllib.request
 from typing import Any
 
 from infra.model_cache import model_object_name
 from tests.boot.sandbox import BootResult, Sandbox
-from tests.boot.world import MODEL_FILE, Model, SandboxFactory, config, stage
+from tests.boot.world import MODEL_FILE, Model, SandboxFactory, config, model_object, stage, stage_corrupt
 from tests.cache.hf_server import HfServer
 
 CHECKED = ".sha256-checked"
@@ -34,14 +31,6 @@ def assert_ready(sandbox: Sandbox, result: BootResult) -> None:
     assert not result.rebooted, result.log
     assert result.phases[-1] == "ready" or "post-serve sha256" in result.log, result.log
     assert sandbox.health() == 200, result.log
-
-
-def gcs_object(sandbox: Sandbox, model: Model) -> dict[str, Any]:
-    name = urllib.parse.quote(model_object_name(config(model)), safe="")
-    url = f"{sandbox.gcs_endpoint}/storage/v1/b/{sandbox.bucket}/o/{name}"
-    with urllib.request.urlopen(url, timeout=10) as reply:
-        data: dict[str, Any] = json.loads(reply.read())
-        return data
 
 
 def in_ram(sandbox: Sandbox, model: Model) -> None:
@@ -151,7 +140,7 @@ def test_a_crc32c_mismatch_after_a_complete_download_is_a_bad_object_not_a_retry
     sandbox = make_sandbox()
     sandbox.edit_host(lambda host: host["gpu"].update(reset_supported=True))
     sandbox.edit_host(lambda host: host.update(gcs_corrupt_downloads=1))
-    generation = gcs_object(sandbox, model)["generation"]
+    generation = model_object(sandbox, model)["generation"]
     before = hub_downloads(hub)
     result = sandbox.boot()
     assert_ready(sandbox, result)
@@ -168,15 +157,8 @@ def test_a_crc32c_mismatch_after_a_complete_download_is_a_bad_object_not_a_retry
 def test_a_corrupt_cache_object_is_taken_out_after_serve_refetched_from_the_hub_and_repaired(
     make_sandbox: SandboxFactory, model: Model, gcs: str, hub: HfServer, tmp_path: Any
 ) -> None:
-    # The object's bytes have one flipped byte while its metadata claims the pinned sha256 (its own
-    # CRC32C matches its bytes, so only the sha256 tells).
     sandbox = make_sandbox()
-    bad = tmp_path / "bad.gguf"
-    data = bytearray(model.data)
-    data[len(data) // 3] ^= 0x10
-    bad.write_bytes(bytes(data))
-    stage(gcs, sandbox.bucket, model_object_name(config(model)), bad, model.sha256)
-    bad_generation = gcs_object(sandbox, model)["generation"]
+    bad_generation = stage_corrupt(sandbox, model, tmp_path)
     sandbox.edit_host(lambda host: host["gpu"].update(reset_supported=True))
     before = hub_downloads(hub)
 
@@ -190,7 +172,7 @@ def test_a_corrupt_cache_object_is_taken_out_after_serve_refetched_from_the_hub_
     assert hub_downloads(hub) > before
     in_ram(sandbox, model)
     # The cache object is replaced, exactly the generation judged bad, with the proven file.
-    repaired = gcs_object(sandbox, model)
+    repaired = model_object(sandbox, model)
     assert repaired["generation"] != bad_generation and repaired["metadata"]["sha256"] == model.sha256
     cp = next(
         a for a in result.commands("gcloud") if a[:2] == ["storage", "cp"] and a[-1].startswith("gs://")
@@ -233,7 +215,7 @@ def test_cache_miss_takes_the_hub_keeps_a_disk_copy_and_self_stages_after_ready(
     assert any(d.startswith("fetched from HuggingFace into ") for d in result.details("model"))
     in_ram(sandbox, model)
     assert result.log.index("phase=ready") < result.log.index("self-staged gs://")
-    assert gcs_object(sandbox, model)["metadata"]["sha256"] == model.sha256
+    assert model_object(sandbox, model)["metadata"]["sha256"] == model.sha256
     disk = sandbox.model_dir / MODEL_FILE
     assert hashlib.sha256(disk.read_bytes()).hexdigest() == model.sha256
     assert (sandbox.model_dir / f"{MODEL_FILE}.verified").read_text().split()[2] == model.sha256
@@ -285,7 +267,7 @@ def test_an_object_without_sha256_metadata_is_checked_against_the_hub_once_and_i
     assert "has no sha256 metadata; checking it against sha256 " + model.sha256 in result.log
     assert hub_downloads(hub) == before, "no 22 GB hub download for a good cache copy"
     in_ram(sandbox, model)
-    assert gcs_object(sandbox, model)["metadata"]["sha256"] == model.sha256
+    assert model_object(sandbox, model)["metadata"]["sha256"] == model.sha256
     assert "completed the metadata of gs://" in result.log
 
 

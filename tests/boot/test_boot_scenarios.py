@@ -9,10 +9,7 @@ integrity, cache repair, IAM propagation) are in test_boot_model_path.py.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
-import urllib.parse
-import urllib.request
 from typing import Any
 
 from infra.boot_script import BODY_PATH, render_boot_script
@@ -46,13 +43,6 @@ def container_calls(result: BootResult) -> list[list[str]]:
 
 def downloads(result: BootResult) -> list[str]:
     return [d for d in result.details("model") if any(s in d for s in DOWNLOAD_REPORTS)]
-
-
-def gcs_object(sandbox: Sandbox, name: str) -> dict[str, Any]:
-    url = f"{sandbox.gcs_endpoint}/storage/v1/b/{sandbox.bucket}/o/{urllib.parse.quote(name, safe='')}"
-    with urllib.request.urlopen(url, timeout=10) as reply:
-        data: dict[str, Any] = json.loads(reply.read())
-        return data
 
 
 def assert_ready(sandbox: Sandbox, result: BootResult) -> None:

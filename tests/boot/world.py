@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.config import StackConfig
-from infra.model_cache import verdict_object_name
+from infra.model_cache import model_object_name, verdict_object_name
 from startup import calibrate
 from tests.boot import gcs_rest
 from tests.boot.sandbox import Sandbox
@@ -56,6 +56,22 @@ def stage(
     data = src.read_bytes()
     meta = {"sha256": sha256, "size": str(len(data))} if metadata is None else metadata
     gcs_rest.upload(gcs_endpoint, bucket, name, data, meta)
+
+
+def model_object(sandbox: Sandbox, model: Model) -> dict[str, Any]:
+    """The cache object's resource as GCS holds it (generation, metadata, hashes)."""
+    return gcs_rest.get_object(sandbox.gcs_endpoint, sandbox.bucket, model_object_name(config(model)))
+
+
+def stage_corrupt(sandbox: Sandbox, model: Model, tmp_path: Path) -> str:
+    """Stage the model with one byte flipped under metadata that claims the pinned sha256 (the
+    object's own CRC32C matches its bytes, so only the sha256 tells); returns its generation."""
+    bad = tmp_path / "bad.gguf"
+    data = bytearray(model.data)
+    data[len(data) // 3] ^= 0x10
+    bad.write_bytes(bytes(data))
+    stage(sandbox.gcs_endpoint, sandbox.bucket, model_object_name(config(model)), bad, model.sha256)
+    return str(model_object(sandbox, model)["generation"])
 
 
 def create_bucket(gcs_endpoint: str, bucket: str) -> None:
