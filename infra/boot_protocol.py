@@ -146,7 +146,7 @@ def ready_figures(report: Report) -> Figures | None:
     """The figures of a ready report (``None`` for any other report, or one without figures)."""
     if not report.ready:
         return None
-    words = dict(word.split("=", 1) for word in report.detail.replace(";", " ").split() if "=" in word)
+    words = detail_fields(report.detail)
     found = {name: words[name] for name in FIGURES if name in words}
     if not found:
         return None

@@ -183,7 +183,7 @@ def _var(word: str) -> str:
 
 def _figure_var(figure: str) -> str:
     """``fetch-mb-s`` -> ``FIGURE_FETCH_MB_S``: the ready report's figure names (boot_protocol)."""
-    return "FIGURE_" + re.sub(r"[^A-Za-z0-9]", "_", figure).upper()
+    return "FIGURE_" + _var(figure)
 
 
 def _quote_word(value: str) -> str:

@@ -20,6 +20,7 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from infra.fleet_bounds import IAP_TCP_FORWARDING_RANGE
 from infra.llama_cpp import LLAMA_CPP_BUILD
 
 PROJECT = "qwen36-mtp-l4"
@@ -91,9 +92,6 @@ _NOT_PUBLIC = tuple(
         "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
     )
 )  # fmt: skip
-# IAP's TCP forwarding connects from this range: the only source of a tunnel.
-# https://cloud.google.com/iap/docs/using-tcp-forwarding#create-firewall-rule
-IAP_RANGE = "35.235.240.0/20"
 # A domain name for the Google-managed certificate: lowercase labels of letters, digits and '-',
 # at least two of them, no wildcard (managed certificates do not issue wildcards).
 # https://cloud.google.com/load-balancing/docs/ssl-certificates/google-managed-certs#domain-names
@@ -489,7 +487,7 @@ class StackConfig(BaseModel):
     def reachable_beyond_iap(self) -> bool:
         """Whether anything but an IAP tunnel can reach the endpoint: the door and a fleet's load
         balancer are on the internet, and any source range other than IAP's own opens the port."""
-        return self.fleet or self.front_door or any(r != IAP_RANGE for r in self.source_ranges)
+        return self.fleet or self.front_door or any(r != IAP_TCP_FORWARDING_RANGE for r in self.source_ranges)
 
     @property
     def reached_by(self) -> str:
@@ -657,8 +655,7 @@ def _as_config_error(exc: ValidationError, data: Mapping[str, Any]) -> ConfigErr
     if isinstance(ctx_error, _FieldError):
         key = to_camel(ctx_error.field)
         # A key left at its default is blamed with the default it has.
-        default = StackConfig.model_fields[ctx_error.field].get_default(call_default_factory=True)
-        value = data.get(key, default)
+        value = data.get(key, _field_defaults()[key])
         return ConfigError(f"{PROJECT}:{key}", f"{value!r}: {ctx_error}")
     loc = [str(part) for part in error["loc"]]
     key = loc[0] if loc else "?"

@@ -52,7 +52,6 @@ MAX_INITIAL_DELAY_S = 3600
 # autoscaler works with. https://cloud.google.com/compute/docs/instance-groups/regional-mig-set-target-distribution-shape
 UNEVEN_SHAPES = {"BALANCED", "ANY", "ANY_SINGLE_ZONE"}
 AUTOSCALER_SHAPES = {"EVEN", "BALANCED"}
-_REGION_IN_URL = re.compile(r"/regions/([a-z0-9-]+)/")
 
 
 @dataclass(frozen=True)
@@ -117,8 +116,6 @@ class PolicyContext:
     allow_public_internet: bool = False
     # Values that must appear only where they are meant to be stored (the secret's version).
     secrets: Sequence[str] = field(default_factory=list)
-    # The reserved addresses, IP -> region (resolved outputs: an Address's inputs do not carry its IP).
-    addresses: Mapping[str, str] = field(default_factory=dict)
     # More than one server behind the load balancer (infra/fleet.py): 8080 then admits only Google.
     fleet: bool = False
     # Why a VM may run with secure boot off (infra/shielded.py); empty: no exception.
@@ -234,11 +231,22 @@ def autoscaler_needs_even_or_balanced(
 def _admits(rule: Mapping[str, Any], source: str, port: int) -> bool:
     if (rule.get("direction") or "INGRESS") != "INGRESS" or source not in (rule.get("sourceRanges") or []):
         return False
-    return any(
-        allow.get("protocol") in {"tcp", "all"}
-        and (not allow.get("ports") or any(_port_in(str(p), port) for p in allow["ports"]))
-        for allow in rule.get("allows") or []
-    )
+    return any(_opens(allow, port) for allow in rule.get("allows") or [])
+
+
+def _opens(allow: Mapping[str, Any], port: int) -> bool:
+    if allow.get("protocol") not in {"tcp", "all"}:
+        return False
+    return not allow.get("ports") or any(_port_in(str(p), port) for p in allow["ports"])
+
+
+def _serving_port_sources(rule: Mapping[str, Any]) -> list[str] | None:
+    """An ingress rule's source ranges when it opens the serving port (none: every source), else None."""
+    if (rule.get("direction") or "INGRESS") != "INGRESS":
+        return None
+    if not any(_opens(allow, SERVING_PORT) for allow in rule.get("allows") or []):
+        return None
+    return [str(r) for r in rule.get("sourceRanges") or []]
 
 
 def _port_in(spec: str, port: int) -> bool:
@@ -353,31 +361,16 @@ def public_backend_has_armor(resource: Resource, _: PolicyContext) -> Iterator[s
 def fleet_port_only_from_google(resource: Resource, ctx: PolicyContext) -> Iterator[str]:
     if not ctx.fleet or resource.type != FIREWALL:
         return
-    if (resource.inputs.get("direction") or "INGRESS") != "INGRESS":
-        return
-    if not any(_opens(allow, SERVING_PORT) for allow in resource.inputs.get("allows") or []):
+    ranges = _serving_port_sources(resource.inputs)
+    if ranges is None:
         return
     allowed = {*fleet_bounds.GOOGLE_FRONT_END_RANGES, fleet_bounds.IAP_TCP_FORWARDING_RANGE}
-    ranges = resource.inputs.get("sourceRanges") or []
     strays = sorted(set(ranges) - allowed)
     if strays or not ranges:
         yield (
             f"port {SERVING_PORT} of a fleet member is open to {strays or 'every source'}; only Google's "
             f"load-balancer and health-check ranges (and IAP) may reach it"
         )
-
-
-def _opens(allow: Mapping[str, Any], port: int) -> bool:
-    if allow.get("protocol") not in {"tcp", "all"}:
-        return False
-    ports = allow.get("ports") or []
-    if not ports:
-        return True
-    for spec in ports:
-        low, _, high = str(spec).partition("-")
-        if int(low) <= port <= int(high or low):
-            return True
-    return False
 
 
 PROJECT_IAM_MEMBER = "gcp:projects/iAMMember:IAMMember"
@@ -894,14 +887,11 @@ def door_port_only_from_door(
     if not door_ranges:
         return
     allowed = {*door_ranges, *HEALTH_CHECK_RANGES, fleet_bounds.IAP_TCP_FORWARDING_RANGE}
-    admitted: set[str] = set()
-    for rule in resources:
-        if rule.type != FIREWALL or (rule.inputs.get("direction") or "INGRESS") != "INGRESS":
+    firewalls = [r for r in resources if r.type == FIREWALL]
+    for rule in firewalls:
+        ranges = _serving_port_sources(rule.inputs)
+        if ranges is None:
             continue
-        if not any(_opens(allow, SERVING_PORT) for allow in rule.inputs.get("allows") or []):
-            continue
-        ranges = [str(r) for r in rule.inputs.get("sourceRanges") or []]
-        admitted.update(ranges)
         strays = sorted(set(ranges) - allowed)
         if strays or not ranges:
             yield (
@@ -910,7 +900,7 @@ def door_port_only_from_door(
                 "subnet, Google's health checkers and IAP may reach it",
             )
     for cidr, service in door_ranges.items():
-        if cidr not in admitted:
+        if not any(_admits(rule.inputs, cidr, SERVING_PORT) for rule in firewalls):
             yield service, f"no ingress rule admits the door's subnet {cidr} on tcp:{SERVING_PORT}"
 
 

@@ -188,7 +188,6 @@ RUN_USD_PER_MILLION_REQUESTS = 0.40
 RUN_FREE_VCPU_SECONDS = 180_000
 RUN_FREE_GIB_SECONDS = 360_000
 RUN_FREE_REQUESTS = 2_000_000
-RUN_PRICE_DATE = "2026-12-01"
 # A generous bound on a busy hour's requests (a chat, an agent, a web UI tab's polls): one a second.
 DOOR_REQUESTS_PER_BUSY_HOUR = 3600
 

@@ -24,7 +24,6 @@ from infra.shielded import shielded_instance_config
 # service account's roles doing the limiting. https://cloud.google.com/compute/docs/access/service-accounts#scopes_best_practice
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 NETWORK_TIER = "PREMIUM"
-NIC = "nic0"
 NAMED_PORT = "http"
 HEALTH_PATH = "/health"
 

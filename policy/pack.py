@@ -40,7 +40,6 @@ from infra import policy as rules  # noqa: E402
 PACK_NAME = "qwen36-mtp-l4"
 PROJECT = "qwen36-mtp-l4"
 PASSWORD = "random:index/randomPassword:RandomPassword"  # noqa: S105 (a type token)
-ADDRESS = "gcp:compute/address:Address"
 
 
 def plain(value: Any) -> Any:
@@ -89,15 +88,9 @@ def context(resources: Sequence[rules.Resource] = ()) -> rules.PolicyContext:
         for r in resources
         if r.type == PASSWORD and isinstance(r.inputs.get("result"), str) and r.inputs["result"]
     ]
-    addresses = {
-        r.inputs["address"]: str(r.inputs.get("region"))
-        for r in resources
-        if r.type == ADDRESS and isinstance(r.inputs.get("address"), str)
-    }
     return rules.PolicyContext(
         allow_public_internet=bool(config.get("allowPublicInternet")),
         secrets=secrets,
-        addresses=addresses,
         fleet=replicas > 1 or max_replicas > 1,
         project_options=dict(_project_document().get("options") or {}),
     )

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import yaml
-from program_mocks import MOCK_API_KEY, MOCK_IP, ROOT, STACKS, Deployment, deploy
+from program_mocks import MOCK_API_KEY, ROOT, STACKS, Deployment, deploy
 
 from infra import policy
 from infra.policy import PolicyContext, Resource, Violation
@@ -34,17 +34,10 @@ def project_options() -> dict[str, Any]:
     return dict(document.get("options") or {})
 
 
-def addresses(resources: Iterable[Resource]) -> dict[str, str]:
-    """The reserved address's resolved IP (the mocks hand out MOCK_IP) and the region it asked for."""
-    regions = [r.inputs["region"] for r in resources if r.type == "gcp:compute/address:Address"]
-    return {MOCK_IP: regions[0]} if regions else {}
-
-
 def context(d: Deployment, overrides: Mapping[str, Any]) -> PolicyContext:
     return PolicyContext(
         allow_public_internet=bool(overrides.get("allowPublicInternet")),
         secrets=[MOCK_API_KEY],
-        addresses=addresses(d.resources),
         fleet=bool(overrides.get("replicas", 1) > 1 or overrides.get("maxReplicas", 0) > 1),
         project_options=project_options(),
     )

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from policy_cases import addresses, check_settled, context
+from policy_cases import check_settled, context
 from program_mocks import MOCK_API_KEY, Deployment, deploy
 
 from infra import fleet_bounds, policy
@@ -210,10 +210,7 @@ AUTOSCALER = Resource(
 
 def test_an_autoscaled_balanced_group_passes(good: Deployment) -> None:
     with_scaler = [*good.resources, AUTOSCALER]
-    assert (
-        check_settled(with_scaler, PolicyContext(secrets=[MOCK_API_KEY], addresses=addresses(with_scaler)))
-        == []
-    )
+    assert check_settled(with_scaler, PolicyContext(secrets=[MOCK_API_KEY])) == []
 
 
 @pytest.mark.parametrize("fixture", BAD_FIXTURES)
@@ -222,7 +219,7 @@ def test_each_rule_fails_on_a_bad_fixture(good: Deployment, fixture: str) -> Non
     bad = _edit(good, token, change, name)
     if rule == "autoscaler_needs_even_or_balanced":
         bad.append(AUTOSCALER)
-    violations = check_settled(bad, PolicyContext(secrets=[MOCK_API_KEY], addresses=addresses(bad)))
+    violations = check_settled(bad, PolicyContext(secrets=[MOCK_API_KEY]))
     assert violations, fixture
     assert {v.rule for v in violations} == {rule}, [str(v) for v in violations]
 
@@ -326,7 +323,6 @@ ISSUE15_FIXTURES: dict[str, tuple[str, str, PolicyContext, str, str | None, Edit
 def test_each_issue15_rule_fails_on_a_bad_fixture(good: Deployment, baking: Deployment, fixture: str) -> None:
     rule, which, ctx, token, name, change = ISSUE15_FIXTURES[fixture]
     deployment = {"good": good, "baking": baking}[which]
-    ctx = dataclasses.replace(ctx, addresses=addresses(deployment.resources))
     # Unedited, it passes under the same context with the documented secure-boot exception.
     documented = dataclasses.replace(ctx, secure_boot_exception=PLAIN.secure_boot_exception)
     assert check_settled(deployment.resources, documented) == [], "the unedited deployment passes"
@@ -351,9 +347,8 @@ def test_the_secure_boot_exception_is_documented() -> None:
 
 def test_public_internet_needs_the_opt_in(good: Deployment) -> None:
     bad = _edit(good, policy.FIREWALL, _set("sourceRanges", ["0.0.0.0/0"]), "network-server")
-    known = addresses(bad)
-    assert check_settled(bad, PolicyContext(allow_public_internet=True, addresses=known)) == []
-    assert [v.rule for v in check_settled(bad, PolicyContext(addresses=known))] == ["no_open_firewall"]
+    assert check_settled(bad, PolicyContext(allow_public_internet=True)) == []
+    assert [v.rule for v in check_settled(bad, PolicyContext())] == ["no_open_firewall"]
 
 
 # --- the fleet's rules (infra/fleet.py), over a fleet program with a stand-in server group ----
@@ -463,13 +458,8 @@ def test_each_fleet_rule_fails_on_a_bad_fixture(fleet_good: Deployment, fixture:
 def test_single_server_firewall_is_not_a_fleets(good: Deployment) -> None:
     # The single server opens 8080 to sourceRanges; in a fleet that rule must not exist (the load
     # balancer and Cloud Armor take its place), and the check says so.
-    assert (
-        check_settled(
-            good.resources, PolicyContext(secrets=[MOCK_API_KEY], addresses=addresses(good.resources))
-        )
-        == []
-    )
-    fleet_context = PolicyContext(secrets=[MOCK_API_KEY], fleet=True, addresses=addresses(good.resources))
+    assert check_settled(good.resources, PolicyContext(secrets=[MOCK_API_KEY])) == []
+    fleet_context = PolicyContext(secrets=[MOCK_API_KEY], fleet=True)
     assert {v.rule for v in check_settled(good.resources, fleet_context)} == {"fleet_port_only_from_google"}
 
 
