@@ -690,7 +690,7 @@ def _field_defaults() -> dict[str, Any]:
 
 def stack_file_keys(stack: str, project_dir: Path | None = None) -> set[str] | None:
     """The config keys ``Pulumi.<stack>.yaml`` sets, or None when it cannot be read (then every value
-    that differs from its default counts as set). Pulumi runs a Python program in the project
+    in the config bag counts as set, a default included). Pulumi runs a Python program in the project
     folder, where the stack file lives unless Pulumi.yaml's ``stackConfigDir`` moves it.
     https://www.pulumi.com/docs/iac/concepts/projects/stack-settings-file/
     https://www.pulumi.com/docs/reference/pulumi-yaml/ (stackConfigDir)"""

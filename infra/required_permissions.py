@@ -57,7 +57,8 @@ Condition = Callable[[StackConfig, bool], bool]
 CONDITIONS: dict[str, Condition] = {
     "always": lambda cfg, bakes: True,
     "api_key": lambda cfg, bakes: cfg.api_key,
-    "autostop": lambda cfg, bakes: cfg.autostop_minutes > 0,
+    # __main__.py makes the group's resize role for the door's wake and for the idle stop.
+    "resize_role": lambda cfg, bakes: cfg.front_door or cfg.autostop_minutes > 0,
     "bucket_destroyed": lambda cfg, bakes: not cfg.keep_model_bucket,
     "bakes": lambda cfg, bakes: bakes and cfg.use_tooling_image and cfg.build_tooling_image,
     "fleet": lambda cfg, bakes: cfg.fleet,
@@ -265,12 +266,12 @@ GROUPS: tuple[ResourceGroup, ...] = (
         ),
     ),
     ResourceGroup(
-        name="autostop role",
+        name="resize role",
         # The role id's random suffix needs no Google permission (a local provider).
         declares=("gcp:projects/iAMCustomRole:IAMCustomRole", "random:index/randomId:RandomId"),
         service="iam.googleapis.com",
         enabled_by=APIS,
-        when="autostop",
+        when="resize_role",
         role="roles/iam.roleAdmin",
         permissions=_p(
             *_crud("iam.roles", "the resize role", "create", "get", "update", "delete"),

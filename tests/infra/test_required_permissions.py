@@ -17,6 +17,8 @@ from infra.required_permissions import CONDITIONS, GROUPS, applicable, required
 STACKS: dict[str, tuple[dict[str, Any], bool]] = {
     "single server, later deploy": ({}, True),
     "single server, first deploy (bakes)": ({}, False),
+    # The door wakes the group, so its resize role is made without an idle stop too.
+    "door, no idle stop": ({"idleStopMinutes": 0}, True),
     "no door, no key, bucket destroyed, no autostop": (
         {
             "door": False,
