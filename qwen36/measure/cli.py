@@ -13,7 +13,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +26,6 @@ from qwen36.errors import (
     DeniedError,
     Exit,
     LocalIOError,
-    MissingToolError,
     QwenError,
     UnreachableError,
     UsageError,
@@ -508,23 +506,13 @@ def base_config(config_file: Path | None, overrides: list[str]) -> StackConfig:
 
 
 def make_launcher(args: argparse.Namespace) -> Launcher:
-    from qwen36.measure.launcher import VM_API_KEY_FILE, VM_MODEL_DIR, DockerLauncher, LocalLauncher
+    """The tune sweep's launcher (``_check_tune`` has checked --model for the local one)."""
+    from qwen36.measure.launcher import DockerLauncher, LocalLauncher, local_server_binary, vm_model_and_key
 
     if args.launcher == "local":
-        if args.model is None:
-            raise UsageError("--launcher local needs --model PATH (the GGUF file)")
-        binary = args.server_bin or (Path(found) if (found := shutil.which("llama-server")) else None)
-        if binary is None:
-            raise MissingToolError("no llama-server on PATH: pass --server-bin")
+        binary = local_server_binary(args.server_bin)
         return LocalLauncher(binary, args.model, api_key=args.api_key, memory_limit_bytes=args.memory_limit)
-    if shutil.which("docker") is None:
-        raise MissingToolError(
-            "the docker launcher needs docker on PATH (tune runs on the VM), or --launcher local"
-        )
-    model_dir = args.model_dir or VM_MODEL_DIR
-    if not model_dir.is_dir():
-        raise UsageError(f"no model folder {model_dir}: run tune on the VM, or pass --model-dir")
-    key_file = args.api_key_file or (VM_API_KEY_FILE if VM_API_KEY_FILE.is_file() else None)
+    model_dir, key_file = vm_model_and_key(args.model_dir, args.api_key_file)
     return DockerLauncher(model_dir, api_key_file=key_file)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -30,6 +31,7 @@ from infra.server_args import (
     container_model_path,
     server_args,
 )
+from qwen36.errors import MissingToolError, UsageError
 
 STARTUP_TIMEOUT_S = 600.0
 HEALTH_POLL_S = 0.2
@@ -40,6 +42,26 @@ LOG_TAIL_LINES = 3
 PRODUCTION_CONTAINER = "llama-server"
 VM_MODEL_DIR = Path("/var/lib/qwen36/models")
 VM_API_KEY_FILE = Path("/var/lib/qwen36/secrets/llama-api-key")
+
+
+def local_server_binary(server_bin: Path | None) -> Path:
+    """``--server-bin``, else the llama-server on PATH (the local launchers' binary)."""
+    binary = server_bin or (Path(found) if (found := shutil.which("llama-server")) else None)
+    if binary is None:
+        raise MissingToolError("no llama-server on PATH: pass --server-bin")
+    return binary
+
+
+def vm_model_and_key(model_dir: Path | None, api_key_file: Path | None) -> tuple[Path, Path | None]:
+    """The docker launchers' model folder and key file: the VM's own unless given."""
+    if shutil.which("docker") is None:
+        raise MissingToolError(
+            "the docker launcher needs docker on PATH (tune runs on the VM), or --launcher local"
+        )
+    folder = model_dir or VM_MODEL_DIR
+    if not folder.is_dir():
+        raise UsageError(f"no model folder {folder}: run tune on the VM, or pass --model-dir")
+    return folder, api_key_file or (VM_API_KEY_FILE if VM_API_KEY_FILE.is_file() else None)
 
 
 class LaunchError(Exception):

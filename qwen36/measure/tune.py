@@ -17,6 +17,7 @@ from typing import Any
 
 from infra.config import ConfigError, StackConfig, config_key, parse_config
 from infra.server_args import FUSION_ENV
+from qwen36.errors import UsageError
 from qwen36.measure.bench import run_bench
 from qwen36.measure.client import Client, EndpointError
 from qwen36.measure.launcher import Launcher, LaunchError, last_lines
@@ -340,27 +341,18 @@ def startup_calibrate() -> Any:
 
 
 def calibration_runner(args: Any, base: StackConfig) -> Any:
-    """startup/calibrate.py's own runners: a local llama-server, or the pinned image on the VM."""
-    import shutil
-    from pathlib import Path
-
+    """startup/calibrate.py's own runners: a local llama-server, or the pinned image on the VM (the
+    tune sweep's launchers find their binary, model folder and key the same way)."""
     from infra.llama_cpp import server_image
     from infra.server_args import CONTAINER_API_KEY_FILE, CONTAINER_MODEL_DIR
-    from qwen36.measure.launcher import VM_API_KEY_FILE, VM_MODEL_DIR, free_port
+    from qwen36.measure.launcher import free_port, local_server_binary, vm_model_and_key
 
     calibrate = startup_calibrate()
 
     if args.launcher == "local":
-        if args.model is None:
-            raise ValueError("--launcher local needs --model PATH (the GGUF file)")
-        binary = args.server_bin or (Path(found) if (found := shutil.which("llama-server")) else None)
-        if binary is None:
-            raise ValueError("no llama-server on PATH: pass --server-bin")
+        binary = local_server_binary(args.server_bin)
         return calibrate.LocalRunner(str(binary), str(args.model), free_port())
-    model_dir = args.model_dir or VM_MODEL_DIR
-    if not model_dir.is_dir():
-        raise ValueError(f"no model folder {model_dir}: run tune on the VM, or pass --model-dir")
-    key_file = args.api_key_file or (VM_API_KEY_FILE if VM_API_KEY_FILE.is_file() else None)
+    model_dir, key_file = vm_model_and_key(args.model_dir, args.api_key_file)
     runner = calibrate.DockerRunner(
         server_image(base.llama_cpp_build), str(model_dir), CONTAINER_MODEL_DIR, free_port(),
         str(key_file) if key_file else None, CONTAINER_API_KEY_FILE if key_file else None,
@@ -382,7 +374,7 @@ def calibration_key(args: Any, base: StackConfig) -> Any:
                 digest.update(block)
         sha = digest.hexdigest()
     if not sha:
-        raise ValueError("give --model-sha256 (or modelSha256 in the config): the verdict's key needs it")
+        raise UsageError("give --model-sha256 (or modelSha256 in the config): the verdict's key needs it")
     name, driver, ecc = args.gpu if args.gpu else calibrate.gpu_identity()
     return calibrate.Key(base.llama_cpp_build, sha, name, driver, ecc, base.ctx_size)
 

@@ -328,3 +328,30 @@ def test_the_gates_door_look_without_the_key_is_refused_before_anything_runs(
         Exit.USAGE,
         "wait: error: --door-url 'qwen36-door-1.us-central1.run.app': give an http:// or https:// URL",
     )
+
+
+@pytest.mark.parametrize(
+    ("launcher", "line"),
+    [
+        (["--launcher", "local"], "tune: error: no llama-server on PATH: pass --server-bin"),
+        (
+            ["--launcher", "docker"],
+            "tune: error: the docker launcher needs docker on PATH (tune runs on the VM), "
+            "or --launcher local",
+        ),
+    ],
+)
+@pytest.mark.parametrize("sweep", [[], ["--sweep", "calibrate"]])
+def test_tune_and_its_calibration_name_a_missing_server_the_same_way(
+    bare: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    launcher: list[str],
+    line: str,
+    sweep: list[str],
+) -> None:
+    """The calibration used to raise ValueError here: exit 70, "internal error"."""
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    argv = ["tune", *sweep, *launcher, "--model", str(model)]
+    assert _one_line(capsys, *argv) == (Exit.MISSING_TOOL, line)
