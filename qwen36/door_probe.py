@@ -25,11 +25,9 @@ from collections.abc import Callable
 import httpx
 
 from qwen36.errors import QwenError
-from qwen36.health import Observation
+from qwen36.health import DEFAULT_POLL_S, HEARTBEAT_S, Observation, error_message
 
 DOOR_BOUND_S = 180.0
-POLL_S = 5.0
-HEARTBEAT_S = 30.0
 REQUEST_TIMEOUT_S = 20.0
 # A field of llama-server's /props (tools/server/README.md, "GET /props"): the answer is the
 # server's, not the door's.
@@ -67,7 +65,7 @@ def look(client: httpx.Client, door_url: str, api_key: str, server_stopped: bool
             failed=True,
         )
     if status != 200:
-        message = _message(response)
+        message = error_message(response) or response.text[:80].strip()
         if server_stopped and status == 503 and message.startswith(STOPPED_MESSAGE):
             return Observation("ok", f"the door answers for the stopped server: {message}", ready=True)
         return Observation(f"http-{status}", message)
@@ -80,24 +78,13 @@ def look(client: httpx.Client, door_url: str, api_key: str, server_stopped: bool
     return Observation("ok", "llama-server answered /props through the door", ready=True)
 
 
-def _message(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text[:80].strip()
-    error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict):
-        return str(error.get("message", ""))
-    return str(body)[:80]
-
-
 def wait_door(
     door_url: str,
     api_key: str,
     *,
     server_stopped: bool = False,
     bound_s: float = DOOR_BOUND_S,
-    poll_s: float = POLL_S,
+    poll_s: float = DEFAULT_POLL_S,
     heartbeat_s: float = HEARTBEAT_S,
     logs_command: str = "",
     emit: Callable[[str], None] = print,

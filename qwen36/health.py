@@ -31,6 +31,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 
 from infra import boot_protocol
+from qwen36.errors import Exit, QwenError
 from qwen36.gate_blockers import cannot_clear, zone_without_accelerator
 from qwen36.group import (
     CONTAINER_NAME,
@@ -65,6 +66,16 @@ QUOTAS_CONSOLE = "https://console.cloud.google.com/iam-admin/quotas"
 class WaitFailed(RuntimeError):
     """The server did not become ready; ``str()`` is the full diagnosis."""
 
+    def reported(self) -> QwenError:
+        """Prints the diagnosis past its first line (what the wait saw, where to look next) to
+        stdout and returns that first line as the command's one error line. `pulumi up` shows both:
+        pulumi-command's local.Command reports a failed command with its stdout and stderr together
+        (provider/pkg/provider/local/commandOutputs.go, "running %q:\n%s")."""
+        first, _, rest = str(self).partition("\n")
+        if rest:
+            print(rest, flush=True)
+        return QwenError(first, Exit.FAILED)
+
 
 @dataclass(frozen=True)
 class Observation:
@@ -91,9 +102,9 @@ def probe_http(client: httpx.Client, url: str, api_key: str | None = None) -> Ob
     except httpx.TransportError as exc:
         return Observation("unreachable", type(exc).__name__)
     if response.status_code == 503:
-        return Observation("loading", _error_message(response) or "503")
+        return Observation("loading", error_message(response) or "503")
     if response.status_code != 200:
-        return Observation(f"http-{response.status_code}", _error_message(response) or response.text[:120])
+        return Observation(f"http-{response.status_code}", error_message(response) or response.text[:120])
     try:
         body = response.json()
     except ValueError:
@@ -113,11 +124,11 @@ def _probe_authenticated(client: httpx.Client, base: str, api_key: str) -> Obser
     if response.status_code == 401:
         return Observation("key-rejected", "/health ok but /v1/models rejects the API key")
     if response.status_code != 200:
-        return Observation(f"http-{response.status_code}", f"/v1/models: {_error_message(response)}")
+        return Observation(f"http-{response.status_code}", f"/v1/models: {error_message(response)}")
     return Observation("ok", "/health ok, API key accepted", ready=True)
 
 
-def _error_message(response: httpx.Response) -> str:
+def error_message(response: httpx.Response) -> str:
     try:
         body = response.json()
     except ValueError:

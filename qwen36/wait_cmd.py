@@ -11,14 +11,13 @@ import os
 import shlex
 
 from qwen36.argtypes import positive_float
-from qwen36.errors import Exit, QwenError, UsageError, as_error
+from qwen36.errors import QwenError, UsageError, as_error
 
 API_KEY_ENV = "QWEN36_API_KEY"
 MODES = ("http", "guest-attributes")
 # Mirrors qwen36.health's defaults; that module (httpx, the Compute client) loads only on run.
 DEFAULT_POLL_S = 5.0
 DEFAULT_HEARTBEAT_S = 30.0
-EXIT_NOT_READY = Exit.FAILED
 # The gate's own bound (infra/config.py healthTimeoutMinutes allows 1-120); a wait is never unbounded.
 MAX_TIMEOUT_MINUTES = 24 * 60
 
@@ -112,14 +111,7 @@ def run(args: argparse.Namespace) -> int:
             emit=lambda line: print(line, flush=True),
         )
     except WaitFailed as exc:
-        # The diagnosis (what the wait saw, where to look next) goes to stdout, then its first line
-        # is the one error line. `pulumi up` shows both: pulumi-command's local.Command reports a
-        # failed command with its stdout and stderr together
-        # (provider/pkg/provider/local/commandOutputs.go, "running %q:\n%s").
-        first, _, rest = str(exc).partition("\n")
-        if rest:
-            print(rest, flush=True)
-        raise QwenError(first, EXIT_NOT_READY) from None
+        raise exc.reported() from None
     if args.door_url is not None:
         from qwen36.door_probe import wait_door
 

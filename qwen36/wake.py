@@ -19,7 +19,6 @@ from qwen36.status import GroupApi, StatusError, Where, add_group_arguments, whe
 
 DEFAULT_TIMEOUT_MINUTES = 20.0
 MEMBER_POLL_S = 5.0
-EXIT_NOT_READY = Exit.FAILED
 # infra/config.py's MAX_REPLICAS: a wake never asks for more servers than a stack may have.
 MAX_SIZE = 8
 
@@ -104,12 +103,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         wait_until_ready(api, where, max(1.0, deadline - time.monotonic()), args.poll_seconds)
     except WaitFailed as exc:
-        # The gate's diagnosis is several lines (what it saw, where to look): it goes first, then
-        # the one error line.
-        first, _, rest = str(exc).partition("\n")
-        if rest:
-            print(rest, flush=True)
-        raise QwenError(first, Exit.FAILED) from None
+        raise exc.reported() from None
     for key, value in urls(where).items():
         print(f"{key}: {value}", flush=True)
     return 0
