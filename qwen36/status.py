@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,18 +21,16 @@ from infra import boot_protocol
 from qwen36.errors import (
     ApiError,
     Exit,
-    MissingToolError,
     NotFoundError,
     QwenError,
-    UnreachableError,
     UsageError,
 )
 from qwen36.group import ComputeApiReader, GroupTarget, Member
+from qwen36.pulumi_cli import INSTEAD, pulumi_stdout
 
 API_KEY_ENV = "QWEN36_API_KEY"
 # The stack output the program exports for these commands (infra/autostop.py: autostop_outputs).
 STACK_OUTPUT = "autostop"
-PULUMI_TIMEOUT_S = 60
 COMPUTE_TIMEOUT_S = 15.0
 # regionOperations.wait itself answers within about 2 minutes; the HTTP call may take that long.
 OPERATION_WAIT_S = 150.0
@@ -77,30 +73,13 @@ class Status:
 
 def stack_outputs(stack: str) -> dict[str, Any]:
     """``pulumi stack output --json --show-secrets`` of ``stack`` (the API key is among them)."""
-    pulumi = shutil.which("pulumi")
-    if pulumi is None:
-        raise MissingToolError("the pulumi CLI is not on PATH; pass --project, --region and --group instead")
+    stdout = pulumi_stdout(
+        ["stack", "output", "--json", "--show-secrets", "--stack", stack],
+        shown=f"pulumi stack output --stack {stack}",
+        timeout_note=f"; or {INSTEAD}",
+    )
     try:
-        out = subprocess.run(
-            [pulumi, "stack", "output", "--json", "--show-secrets", "--stack", stack],
-            capture_output=True,
-            text=True,
-            timeout=PULUMI_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise UnreachableError(
-            f"`pulumi stack output --stack {stack}` took over {PULUMI_TIMEOUT_S} s (is the state backend "
-            "reachable? `pulumi whoami`); or pass --project, --region and --group"
-        ) from None
-    if out.returncode != 0:
-        last = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
-        raise NotFoundError(
-            f"`pulumi stack output --stack {stack}` failed ({last[:300]}); check the stack name "
-            "(`pulumi stack ls`), or pass --project, --region and --group"
-        )
-    try:
-        outputs = json.loads(out.stdout or "{}")
+        outputs = json.loads(stdout or "{}")
     except json.JSONDecodeError:
         raise StatusError(f"`pulumi stack output --json --stack {stack}` did not print JSON") from None
     if not isinstance(outputs, dict):

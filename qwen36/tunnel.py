@@ -14,18 +14,17 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 from collections.abc import Sequence
 
 from qwen36.argtypes import port
-from qwen36.errors import Exit, MissingToolError, NotFoundError, QwenError, UnreachableError, UsageError
+from qwen36.errors import Exit, MissingToolError, NotFoundError, QwenError, UsageError
+from qwen36.pulumi_cli import pulumi_stdout
 
 PORT = 8080  # infra/server_args.PORT; infra (and pulumi) is not imported by the CLI
 LOCAL_HOST = "localhost"
 SERIAL_LINES = 400
 EXIT_NO_MEMBER = Exit.FAILED
-PULUMI_TIMEOUT_S = 60
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -61,32 +60,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     logs.set_defaults(func=run, verb="logs")
 
 
-def _pulumi(args: list[str], stack: str) -> str:
-    pulumi = shutil.which("pulumi")
-    command = shlex.join(["pulumi", *args])
-    if pulumi is None:
-        raise MissingToolError("the pulumi CLI is not on PATH; pass --project, --region and --group instead")
-    try:
-        done = subprocess.run(
-            [pulumi, *args], capture_output=True, text=True, timeout=PULUMI_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired:
-        raise UnreachableError(
-            f"`{command}` took over {PULUMI_TIMEOUT_S} s (is the state backend reachable? `pulumi whoami`)"
-        ) from None
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        raise NotFoundError(
-            f"`{command}` failed ({last[:300]}); check the stack name (`pulumi stack ls`), or pass "
-            "--project, --region and --group"
-        )
-    return done.stdout
+def _pulumi(args: list[str]) -> str:
+    return pulumi_stdout(args, shown=shlex.join(["pulumi", *args]))
 
 
 def stack_defaults(stack: str) -> dict[str, str]:
     """``groupName``/``region`` outputs and ``gcp:project`` of a Pulumi stack, through the pulumi CLI."""
     try:
-        outputs = json.loads(_pulumi(["stack", "output", "--json", "--stack", stack], stack) or "{}")
+        outputs = json.loads(_pulumi(["stack", "output", "--json", "--stack", stack]) or "{}")
     except json.JSONDecodeError:
         raise QwenError(f"`pulumi stack output --json --stack {stack}` did not print JSON") from None
     missing = [k for k in ("region", "groupName") if not isinstance(outputs, dict) or not outputs.get(k)]
@@ -95,7 +76,7 @@ def stack_defaults(stack: str) -> dict[str, str]:
             f"stack {stack} has no {' or '.join(missing)} output; run `pulumi up` first, or pass "
             "--project, --region and --group"
         )
-    project = _pulumi(["config", "get", "gcp:project", "--stack", stack], stack).strip()
+    project = _pulumi(["config", "get", "gcp:project", "--stack", stack]).strip()
     return {"project": project, "region": str(outputs["region"]), "group": str(outputs["groupName"])}
 
 
