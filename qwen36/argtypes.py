@@ -35,20 +35,6 @@ def positive_float(text: str) -> float:
     return value
 
 
-def non_negative_float(text: str) -> float:
-    value = float(_number(text, float))
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative")
-    return value
-
-
-def positive_int(text: str) -> int:
-    value = int(_number(text, int))
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return value
-
-
 def int_range(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = int(_number(text, int))

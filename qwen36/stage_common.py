@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 from qwen36.errors import Exit, QwenError
 
-EXIT_OK = Exit.OK
-EXIT_ERROR = Exit.FAILED
 # The content is not the model the stack pins (a wrong sha256 or size, a bad upload).
 EXIT_VERIFY = Exit.VERIFY
 EXIT_INTERRUPTED = Exit.INTERRUPTED
