@@ -59,17 +59,28 @@ def cannot_clear(error: GroupError, group: GroupTarget) -> str | None:
     return org_policy(error, group) or permission(error, group)
 
 
+def describe_command(project: str, constraint: str) -> str:
+    """The command that shows a constraint's effective policy (``constraint`` without its prefix)."""
+    return f"gcloud org-policies describe {constraint} --project={shlex.quote(project)} --effective"
+
+
+def roles_command(project: str, member: str) -> str:
+    """The command that lists the project roles ``member`` holds."""
+    return (
+        f"gcloud projects get-iam-policy {shlex.quote(project)} --flatten='bindings[].members' "
+        f"--filter='bindings.members:{member}' --format='value(bindings.role)'"
+    )
+
+
 def org_policy(error: GroupError, group: GroupTarget) -> str | None:
     match = _CONSTRAINT.search(error.message)
     if match is None:
         return None
     constraint = match[1]
     short = constraint.removeprefix("constraints/")
-    project = shlex.quote(group.project)
     return (
         f"the organization policy {constraint} refuses the server ({error.code}: {error.message}); "
-        "GCE will not create it while the policy stands. See it: "
-        f"gcloud org-policies describe {short} --project={project} --effective; "
+        f"GCE will not create it while the policy stands. See it: {describe_command(group.project, short)}; "
         f"an exception for the project is the policy administrator's ({PREFLIGHT})"
     )
 
@@ -90,14 +101,9 @@ def permission(error: GroupError, group: GroupTarget) -> str | None:
 def _permission_line(error: GroupError, group: GroupTarget, name: str, resource: str) -> str:
     acting = _ACTING.search(error.message)
     who = acting["who"] if acting else ""
-    project = shlex.quote(group.project)
     what = f"{name} on {resource}" if name else "a permission"
-    show = (
-        f"gcloud projects get-iam-policy {project} --flatten='bindings[].members' "
-        f"--filter='bindings.members:{who}' --format='value(bindings.role)'"
-        if who
-        else f"gcloud projects get-iam-policy {project}"
-    )
+    everyone = f"gcloud projects get-iam-policy {shlex.quote(group.project)}"
+    show = roles_command(group.project, who) if who else everyone
     holder = who or "the account that creates the members"
     return (
         f"a missing permission: {holder} lacks {what} ({error.code}: {error.message}); the group retries "

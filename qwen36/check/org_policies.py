@@ -23,6 +23,7 @@ from typing import Any
 
 from qwen36.check.plan import Plan
 from qwen36.check.report import Fact, block, ok, warn
+from qwen36.gate_blockers import describe_command
 
 # The regional value groups of gcp.resourceLocations are `in:<region>-locations`; the continental
 # ones that hold every region of a prefix: in:us-locations, in:europe-locations, in:asia-locations...
@@ -105,10 +106,6 @@ def judge(effective: Effective, needed: list[str], match: Match) -> Verdict:
         if None in denied:
             unsure.append(value)
     return Verdict(tuple(refused), tuple(unsure))
-
-
-def describe_command(project: str, constraint: str) -> str:
-    return f"gcloud org-policies describe {constraint} --project={shlex.quote(project)} --effective"
 
 
 def exception_fix(project: str, constraint: str, what: str = "") -> str:

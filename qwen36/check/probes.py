@@ -16,6 +16,7 @@ from qwen36.check.org_policies import applicable as applicable_constraints
 from qwen36.check.org_policies import parse_effective
 from qwen36.check.plan import GLOBAL_GPU_METRIC, SPOT_GPU_METRIC, STANDARD_GPU_METRIC, Plan
 from qwen36.check.report import Fact, block, ok, warn
+from qwen36.gate_blockers import roles_command
 
 QUOTAS_CONSOLE = "https://console.cloud.google.com/iam-admin/quotas"
 # Service Usage's batchGet takes at most 30 names; testIamPermissions is sent in slices of 100.
@@ -364,10 +365,7 @@ def _permissions(plan: Plan, apis: Apis, found: Checked, caller: str) -> list[Fa
         return [not_read("permissions", "your permissions", exc, plan.project)]
     found.granted = granted
     facts: list[Fact] = []
-    show = (
-        f"gcloud projects get-iam-policy {shlex.quote(plan.project)} --flatten='bindings[].members' "
-        f"--filter='bindings.members:{caller}' --format='value(bindings.role)'"
-    )
+    show = roles_command(plan.project, caller)
     for group in groups:
         missing = [p for p in group.permissions if p.name not in granted]
         if not missing:
