@@ -768,7 +768,3 @@ async def _read_limited(response: httpx.Response) -> bytes:
             raise httpx.ReadError("the answer is larger than the door passes whole")
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def build(settings: Settings) -> Door:
-    return Door(settings)

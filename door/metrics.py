@@ -209,8 +209,6 @@ class MonitoringWriter:
         self.token = token
         self.resource = resource
         self.url = url
-        self.sent_calls = 0
-        self.failures = 0
 
     async def run(self) -> None:
         while True:
@@ -231,7 +229,6 @@ class MonitoringWriter:
                         headers={"Authorization": f"Bearer {await self.token()}"},
                         timeout=WRITE_TIMEOUT_S,
                     )
-                    self.sent_calls += 1
                     if reply.status_code != 200:
                         # A 400 (a point rejected) would fail the same way again: log it and drop it.
                         log.warning("timeSeries.create answered %s: %s", reply.status_code, reply.text[:300])
@@ -239,7 +236,6 @@ class MonitoringWriter:
                             break
                         raise httpx.HTTPStatusError("retry later", request=reply.request, response=reply)
             except (httpx.HTTPError, OSError, RuntimeError, ValueError) as exc:
-                self.failures += 1
                 log.warning("metrics not sent (%s); kept for the next window", exc)
                 return
             self.recorder.closed.popleft()

@@ -37,19 +37,29 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import calibrate
-from vm_agent import METADATA_URL, AgentError, Metadata, bearer, read_metrics, request, utc
+from vm_agent import (
+    BOOT_ID_FILE,
+    METADATA_URL,
+    AgentError,
+    Metadata,
+    bearer,
+    boot_id,
+    metric_values,
+    read_metrics,
+    request,
+    utc,
+    utc_precise,
+)
 
 DRAFTED = "llamacpp:spec_decode_num_draft_tokens_total"
 ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
 TOKENS = "llamacpp:tokens_predicted_total"
 SECONDS = "llamacpp:tokens_predicted_seconds_total"
 GUEST_ATTR_PATH = "instance/guest-attributes/qwen36/accept"
-BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 MONITORING_URL = "https://monitoring.googleapis.com"
 
 DEFAULT_POLL_S = 60.0
@@ -75,15 +85,7 @@ class Point:
 
 def parse(text: str, t: float) -> Point:
     """The four counters; the draft ones read 0 when the server makes no drafts (no MTP)."""
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, rest = line.partition(" ")
-            if name in (DRAFTED, ACCEPTED, TOKENS, SECONDS):
-                values[name] = float(rest.split()[0])
-    missing = [n for n in (TOKENS, SECONDS) if n not in values]
-    if missing:
-        raise AgentError(f"/metrics lacks {', '.join(missing)} (is llama-server started with --metrics?)")
+    values = metric_values(text, (TOKENS, SECONDS), optional=(DRAFTED, ACCEPTED))
     return Point(t, values.get(DRAFTED, 0.0), values.get(ACCEPTED, 0.0), values[TOKENS], values[SECONDS])
 
 
@@ -131,7 +133,7 @@ class Cloud:
         except (OSError, AgentError) as exc:
             log(f"warning: guest attribute qwen36/accept not written ({exc})")
 
-    def publish(self, acceptance: float | None, decode_tps: float, end: datetime) -> None:
+    def publish(self, acceptance: float | None, decode_tps: float, end: float) -> None:
         """One DOUBLE GAUGE point per metric on this VM's gce_instance.
         https://cloud.google.com/monitoring/api/ref_v3/rest/v3/projects.timeSeries/create"""
         if self.metric_types is None:
@@ -139,7 +141,7 @@ class Cloud:
         try:
             if self._labels is None:
                 self._labels = self.metadata.instance_labels()
-            stamp = end.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            stamp = utc_precise(end)
             series = []
             for metric, value in zip(self.metric_types, (acceptance, decode_tps), strict=True):
                 if value is None:
@@ -216,7 +218,7 @@ class Guard:
             self.cloud.publish(
                 ratio(point.accepted - previous.accepted, point.drafted - previous.drafted),
                 (point.tokens - previous.tokens) / max(1e-9, point.seconds - previous.seconds),
-                datetime.fromtimestamp(self.wall(), timezone.utc),  # noqa: UP017 (3.10 on the VM)
+                self.wall(),
             )
         self.judge(point)
 
@@ -336,10 +338,6 @@ def main(argv: list[str] | None = None) -> int:
         else None
     )
     cloud = Cloud(metadata, store, key, args.monitoring_url, metrics)
-    try:
-        boot_id = args.boot_id_file.read_text().strip() or "unknown"
-    except OSError:
-        boot_id = "unknown"
     settings = Settings(
         metrics_url=args.metrics_url,
         key_file=args.key_file,
@@ -355,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    return Guard(settings, cloud, boot_id).run(stop)
+    return Guard(settings, cloud, boot_id(args.boot_id_file)).run(stop)
 
 
 if __name__ == "__main__":

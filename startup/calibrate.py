@@ -1076,9 +1076,7 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _write_outputs(
-    out: Path, key: Key, choice: Choice, args: list[str], doc: dict[str, Any] | None, elapsed: float
-) -> None:
+def _write_outputs(out: Path, key: Key, choice: Choice, args: list[str], doc: dict[str, Any] | None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "key.json").write_text(json.dumps(key.as_dict()) + "\n", encoding="utf-8")
     (out / "server-args.tmp").write_bytes(b"".join(a.encode() + b"\0" for a in args))
@@ -1096,12 +1094,8 @@ def _write_outputs(
     values = {
         "CALIB_SOURCE": choice.source,
         "CALIB_CHOICE": c.name,
-        "CALIB_N_MAX": str(c.n_max),
-        "CALIB_FUSION": "on" if c.fusion else "off",
-        "CALIB_GPU_SAMPLING": "1" if c.gpu_sampling else "0",
         "CALIB_TOK_S": "" if choice.tok_s is None else f"{choice.tok_s:.1f}",
         "CALIB_ACCEPTANCE": "" if choice.acceptance is None else f"{choice.acceptance:.4f}",
-        "CALIB_ELAPSED_S": f"{elapsed:.1f}",
         "CALIB_DETAIL": detail,
         "CALIB_PINNED": ",".join(choice.pinned),
     }
@@ -1149,7 +1143,6 @@ def store_pending(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    began = time.monotonic()
     catalogue = Catalogue.load(args.candidates)
     if args.gpu_name is None:
         args.gpu_name, args.driver_version, args.ecc_mode = gpu_identity()
@@ -1220,7 +1213,6 @@ def run(args: argparse.Namespace) -> int:
                 choice,
                 catalogue.args(key.ctx_size, choice.candidate.n_max, choice.candidate.gpu_sampling),
                 doc,
-                time.monotonic() - began,
             )
             return 0
         if store is not None and generation != "":
@@ -1235,7 +1227,7 @@ def run(args: argparse.Namespace) -> int:
     if doc.get("skipped"):
         choice.notes.append(f"{len(doc['skipped'])} candidates did not fit the {doc.get('budget_s')} s bound")
     args_chosen = catalogue.args(key.ctx_size, choice.candidate.n_max, choice.candidate.gpu_sampling)
-    _write_outputs(args.out, key, choice, args_chosen, doc, time.monotonic() - began)
+    _write_outputs(args.out, key, choice, args_chosen, doc)
     notes = "".join(f"; {note}" for note in choice.notes)
     log(f"serving {choice.candidate.name} ({choice.source}){notes}")
     return 0

@@ -50,11 +50,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vm_agent import (
+    BOOT_ID_FILE,
     IN_FLIGHT,
     METADATA_URL,
     AgentError,
     Metadata,
     bearer,
+    boot_id,
     metric_values,
     read_metrics,
     request,
@@ -68,7 +70,6 @@ COUNTERS = ("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total")
 DEFAULT_COMPUTE_URL = "https://compute.googleapis.com/compute/v1"
 DEFAULT_LOGGING_URL = "https://logging.googleapis.com/v2"
 GUEST_ATTR_PATH = "instance/guest-attributes/qwen36/idle"
-BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 LOG_NAME = "qwen36-autostop"
 
 DEFAULT_POLL_S = 15.0
@@ -178,7 +179,7 @@ class Cloud:
     def door_stop(self, door_url: str, audience: str) -> dict[str, object]:
         """Asks the door for the stop (it resizes the group); DoorBusyError on its 409."""
         token = self.metadata.identity_token(audience)
-        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        headers = bearer(token)
         status, body = request("POST", door_url.rstrip("/") + DOOR_STOP_PATH, headers, b"{}")
         if status == 409:
             raise DoorBusyError(f"the door refused: {body[:200]!r}")
@@ -242,17 +243,11 @@ class Watcher:
         self.s = settings
         self.cloud = cloud
         self.clock, self.wall, self.sleep = clock, wall, sleep
-        self.boot_id = self._boot_id()
+        self.boot_id = boot_id(self.s.boot_id_file)
         self.started_wall = wall()
         self.last_use_wall: float | None = None  # wall time a request was last seen; None: none yet
         self.last_report = -math.inf
         self.answering: bool | None = None
-
-    def _boot_id(self) -> str:
-        try:
-            return self.s.boot_id_file.read_text().strip() or "unknown"
-        except OSError:
-            return "unknown"
 
     def read(self) -> Sample | None:
         """One /metrics sample, or None when the server does not answer it."""

@@ -50,6 +50,17 @@ def utc(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime(TIME_FORMAT)  # noqa: UP017 (3.10 on the VM)
 
 
+# This boot's id: a guest-attribute report names it, so a reader can tell this boot's from the last.
+BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id(path: Path) -> str:
+    try:
+        return path.read_text().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
 def utc_precise(ts: float) -> str:
     """RFC 3339 with microseconds, as Cloud Logging's LogEntry.timestamp takes it."""
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # noqa: UP017
@@ -197,15 +208,17 @@ def read_metrics(url: str, key_file: Path | None, timeout: float = HTTP_TIMEOUT_
     return body.decode()
 
 
-def metric_values(text: str, names: Iterable[str]) -> dict[str, float]:
-    """The named unlabelled series from Prometheus text; AgentError when any is missing."""
+def metric_values(text: str, names: Iterable[str], optional: Iterable[str] = ()) -> dict[str, float]:
+    """The named unlabelled series from Prometheus text; AgentError when one of ``names`` is missing
+    (an ``optional`` one is only absent from the result)."""
     wanted = tuple(names)
+    read = (*wanted, *optional)
     values: dict[str, float] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
         name, _, rest = line.partition(" ")
-        if name in wanted:
+        if name in read:
             values[name] = float(rest.split()[0])
     missing = [name for name in wanted if name not in values]
     if missing:
