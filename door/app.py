@@ -645,11 +645,15 @@ class Exchange:
         self.record.status = status
         error = openai_error(status, message, kind)
         if self.sse_started:
-            event = b"data: " + json.dumps(error).encode() + b"\n\n"
-            await self.send({"type": "http.response.body", "body": event, "more_body": False})
+            await self._end_with_event(error)
             return
         headers = {"Retry-After": str(self.s.retry_after_s)} if retry_after or status == 503 else None
         await self.respond(JSONResponse(error, status, headers=headers))
+
+    async def _end_with_event(self, error: dict[str, Any]) -> None:
+        """Ends a stream whose 200 already went out with the error as its last event."""
+        event = b"data: " + json.dumps(error).encode() + b"\n\n"
+        await self.send({"type": "http.response.body", "body": event, "more_body": False})
 
     async def _forward(self, url: str) -> None:
         client = self.door.upstream_client
@@ -696,8 +700,7 @@ class Exchange:
                 error = openai_error(
                     response.status_code, body[:500].decode("utf-8", "replace"), "server_error"
                 )
-            event = b"data: " + json.dumps(error).encode() + b"\n\n"
-            await self.send({"type": "http.response.body", "body": event, "more_body": False})
+            await self._end_with_event(error)
             return
         await self._pass_stream(response, sent)
 
@@ -712,12 +715,7 @@ class Exchange:
             # llama-server died or the VM went away mid-answer: say so in the stream, don't just stop.
             assert self.door.upstream is not None
             self.door.upstream.invalidate()
-            self.record.status = 502
-            error = openai_error(
-                502, f"the server went away mid-answer ({type(exc).__name__})", "server_error"
-            )
-            event = b"data: " + json.dumps(error).encode() + b"\n\n"
-            await self.send({"type": "http.response.body", "body": event, "more_body": False})
+            await self._fail(502, f"the server went away mid-answer ({type(exc).__name__})", "server_error")
             return
         finally:
             if scan.first_token is not None:
