@@ -328,10 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     metadata = Metadata(args.metadata_url)
     store = None
     if args.bucket and args.verdict_object:
-        gcs = calibrate.Gcs(
-            args.gcs_url or calibrate.Gcs.default_url(), calibrate.MetadataToken(args.metadata_url)
-        )
-        store = calibrate.VerdictStore(gcs, args.bucket, args.verdict_object)
+        store = calibrate.verdict_store(args.bucket, args.verdict_object, args.gcs_url, args.metadata_url)
     metrics = (
         (args.acceptance_metric, args.decode_metric)
         if args.acceptance_metric and args.decode_metric

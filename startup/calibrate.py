@@ -1112,6 +1112,13 @@ def _write_outputs(out: Path, key: Key, choice: Choice, args: list[str], doc: di
         (out / "verdict.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def verdict_store(bucket: str, name: str, gcs_url: str = "", metadata_url: str = "") -> VerdictStore:
+    """The verdict beside the model, read and written with this VM's token (none without a
+    metadata server: the emulator's tests)."""
+    token = MetadataToken(metadata_url) if metadata_url else (lambda: None)
+    return VerdictStore(Gcs(gcs_url or Gcs.default_url(), token), bucket, name)
+
+
 def save_verdict(store: VerdictStore, doc: dict[str, Any], generation: str) -> bool:
     try:
         store.save(doc, generation)
@@ -1135,8 +1142,7 @@ def store_pending(args: argparse.Namespace) -> int:
     # time, time to ready), known only once the server answered, after the calibration.
     boot = pending["verdict"].setdefault("boot", {})
     boot.update(dict(fact.split("=", 1) for fact in args.boot_fact))
-    token = MetadataToken(args.metadata_url) if args.metadata_url else (lambda: None)
-    store = VerdictStore(Gcs(args.gcs_url or Gcs.default_url(), token), args.bucket, args.verdict_object)
+    store = verdict_store(args.bucket, args.verdict_object, args.gcs_url, args.metadata_url)
     save_verdict(store, pending["verdict"], str(pending["generation"]))
     pending_path.unlink()
     return 0
@@ -1156,8 +1162,7 @@ def run(args: argparse.Namespace) -> int:
     )
     store = None
     if args.bucket:
-        token = MetadataToken(args.metadata_url) if args.metadata_url else (lambda: None)
-        store = VerdictStore(Gcs(args.gcs_url or Gcs.default_url(), token), args.bucket, args.verdict_object)
+        store = verdict_store(args.bucket, args.verdict_object, args.gcs_url, args.metadata_url)
     doc: dict[str, Any] | None = None
     stored: dict[str, Any] | None = None
     generation = "0"
