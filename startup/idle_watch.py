@@ -316,68 +316,71 @@ class Watcher:
             )
             return False
         request_id = str(uuid.uuid4())
-        pause = self.s.retry_pause_s
-        for attempt in range(1, self.s.stop_attempts + 1):
-            try:
-                operation = self.cloud.resize_to_zero(group, request_id)
-            except (OSError, AgentError, ValueError) as exc:
-                log(f"stop attempt {attempt}/{self.s.stop_attempts} failed: {exc}")
-                if attempt < self.s.stop_attempts:
-                    self.sleep(pause)
-                    pause *= 2
-                continue
-            log(f"idle stop: resized group {group.name} to 0 ({detail}); operation {operation.get('name')}")
-            self.report("idle-stop", f"{detail}; group {group.name} resized to 0")
-            self.cloud.write_log_entry(
-                {
-                    "event": "idle-stop",
-                    "message": f"qwen36 autostop resized {group.name} to 0: {detail}",
-                    "group": group.name,
-                    "region": group.region,
-                    "idleMinutes": round(idle_s / 60, 2),
-                    "lastRequest": self.last_request(),
-                    "bootId": self.boot_id,
-                    "operation": str(operation.get("name", "")),
-                }
-            )
-            return True
-        log(f"stop failed after {self.s.stop_attempts} attempts; trying again after another idle window")
-        return False
+        operation = self._attempts("stop", lambda: self.cloud.resize_to_zero(group, request_id))
+        if operation is None:
+            return False
+        self._stopped(group, idle_s, detail, operation, "name", by_door=False)
+        return True
 
     def _door_stop(self, group: Group, idle_s: float, detail: str) -> bool:
-        pause = self.s.retry_pause_s
         audience = self.s.door_audience or self.s.door_url
+        try:
+            answer = self._attempts("door stop", lambda: self.cloud.door_stop(self.s.door_url, audience))
+        except DoorBusyError as exc:
+            log(f"idle ({detail}) but {exc}; the idle window starts again")
+            return False
+        if answer is None:
+            return False
+        self._stopped(group, idle_s, detail, answer, "operation", by_door=True)
+        return True
+
+    def _attempts(self, what: str, call: Callable[[], dict[str, object]]) -> dict[str, object] | None:
+        """``call``'s answer, tried up to stop_attempts times with a doubling pause; None when every
+        attempt failed. The door's 409 (DoorBusyError) is an answer, not a failure: it goes up."""
+        pause = self.s.retry_pause_s
         for attempt in range(1, self.s.stop_attempts + 1):
             try:
-                answer = self.cloud.door_stop(self.s.door_url, audience)
-            except DoorBusyError as exc:
-                log(f"idle ({detail}) but {exc}; the idle window starts again")
-                return False
+                return call()
+            except DoorBusyError:
+                raise
             except (OSError, AgentError, ValueError) as exc:
-                log(f"door stop attempt {attempt}/{self.s.stop_attempts} failed: {exc}")
+                log(f"{what} attempt {attempt}/{self.s.stop_attempts} failed: {exc}")
                 if attempt < self.s.stop_attempts:
                     self.sleep(pause)
                     pause *= 2
-                continue
-            operation = answer.get("operation")
-            log(f"idle stop: the door resized group {group.name} to 0 ({detail}); operation {operation}")
-            self.report("idle-stop", f"{detail}; group {group.name} resized to 0 by the door")
-            self.cloud.write_log_entry(
-                {
-                    "event": "idle-stop",
-                    "message": f"qwen36 autostop: the door resized {group.name} to 0: {detail}",
-                    "group": group.name,
-                    "region": group.region,
-                    "idleMinutes": round(idle_s / 60, 2),
-                    "lastRequest": self.last_request(),
-                    "bootId": self.boot_id,
-                    "operation": str(answer.get("operation", "")),
-                    "via": "door",
-                }
-            )
-            return True
-        log(f"door stop failed after {self.s.stop_attempts} attempts; trying again after another idle window")
-        return False
+        log(f"{what} failed after {self.s.stop_attempts} attempts; trying again after another idle window")
+        return None
+
+    def _stopped(
+        self,
+        group: Group,
+        idle_s: float,
+        detail: str,
+        answer: dict[str, object],
+        field: str,
+        *,
+        by_door: bool,
+    ) -> None:
+        """The stop's log line, report and Cloud Logging entry (``answer[field]`` names the operation)."""
+        resized = "the door resized" if by_door else "resized"
+        log(f"idle stop: {resized} group {group.name} to 0 ({detail}); operation {answer.get(field)}")
+        self.report(
+            "idle-stop", f"{detail}; group {group.name} resized to 0" + (" by the door" if by_door else "")
+        )
+        entry: dict[str, object] = {
+            "event": "idle-stop",
+            "message": f"{'qwen36 autostop: the door' if by_door else 'qwen36 autostop'} resized "
+            f"{group.name} to 0: {detail}",
+            "group": group.name,
+            "region": group.region,
+            "idleMinutes": round(idle_s / 60, 2),
+            "lastRequest": self.last_request(),
+            "bootId": self.boot_id,
+            "operation": str(answer.get(field, "")),
+        }
+        if by_door:
+            entry["via"] = "door"
+        self.cloud.write_log_entry(entry)
 
 
 def main(argv: list[str] | None = None) -> int:
