@@ -135,13 +135,9 @@ on_error() {
 trap 'on_error $? $LINENO "$BASH_COMMAND"' ERR
 
 seconds_since_boot() {
-  if [[ -n ${QWEN36_BOOT_EPOCH:-} ]]; then
-    echo $(($(date +%s) - QWEN36_BOOT_EPOCH))
-  else
-    local up
-    read -r up _ </proc/uptime
-    echo "${up%%.*}"
-  fi
+  local up
+  up=$(uptime_raw)
+  echo "${up%%.*}"
 }
 
 apt_install() {
@@ -681,14 +677,8 @@ ready_figures() {
 }
 
 uptime_s() {
-  # Seconds since the kernel started, one decimal (the sandbox gives the boot's epoch instead).
-  local up
-  if [[ -n ${QWEN36_BOOT_EPOCH:-} ]]; then
-    up=$(seconds_since "$QWEN36_BOOT_EPOCH")
-  else
-    read -r up _ </proc/uptime
-  fi
-  awk -v u="$up" 'BEGIN { printf "%.1f", u }'
+  # Seconds since the kernel started, one decimal.
+  awk -v u="$(uptime_raw)" 'BEGIN { printf "%.1f", u }'
 }
 
 step_ready() {

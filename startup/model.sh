@@ -72,15 +72,20 @@ FETCH_DIR=""
 GCS_STATE=""          # ok | missing | no-sha | bad | error: what the cache object is
 SKIP_GCS=0            # set after the cached copy failed its post-serve hash
 
+uptime_raw() {
+  # Seconds since the kernel started, as /proc/uptime gives them (the sandbox: since its boot epoch).
+  if [[ -n ${QWEN36_BOOT_EPOCH:-} ]]; then
+    awk -v n="$(date +%s.%N)" -v e="$QWEN36_BOOT_EPOCH" 'BEGIN { print n - e }'
+  else
+    local up
+    read -r up _ </proc/uptime
+    echo "$up"
+  fi
+}
+
 boot_age_s() {
   # Seconds since the VM booted, in the script's time (TIME_SCALE: the sandbox runs faster).
-  local up
-  if [[ -n ${QWEN36_BOOT_EPOCH:-} ]]; then
-    up=$(awk -v n="$(date +%s.%N)" -v e="$QWEN36_BOOT_EPOCH" 'BEGIN { print n - e }')
-  else
-    read -r up _ </proc/uptime
-  fi
-  awk -v u="$up" -v k="$TIME_SCALE" 'BEGIN { printf "%d", u / k }'
+  awk -v u="$(uptime_raw)" -v k="$TIME_SCALE" 'BEGIN { printf "%d", u / k }'
 }
 
 seconds_since() {
