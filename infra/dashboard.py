@@ -25,6 +25,7 @@ import pulumi_gcp as gcp
 
 from infra import boot_protocol
 from infra.config import StackConfig
+from infra.door import door_metrics
 from infra.pricing import estimate_hourly_cost
 
 COLUMNS = 48
@@ -37,13 +38,6 @@ DOOR_RESOURCE = "generic_task"
 # https://cloud.google.com/monitoring/api/metrics_gcp_c#gcp-compute (instance/uptime)
 # https://cloud.google.com/monitoring/promql/promql-mapping
 UPTIME_PROMQL = "compute_googleapis_com:instance_uptime"
-
-
-def _door_metrics() -> dict[str, dict[str, Any]]:
-    from infra.door import METRICS_FILE
-
-    doc = json.loads(METRICS_FILE.read_text(encoding="utf-8"))
-    return {m["name"]: m for m in doc["metrics"]}
 
 
 def _series(metric_type: str, resource: str, aligner: str, reducer: str, by: Sequence[str] = ()) -> dict:
@@ -80,7 +74,7 @@ def _percentiles(metric_type: str, resource: str = DOOR_RESOURCE) -> list[dict]:
 
 
 def widgets(cfg: StackConfig, group: str) -> list[dict]:
-    door = _door_metrics()
+    door = door_metrics()
     hourly = estimate_hourly_cost(cfg).usd_per_hour
     spend = (
         f"sum(sum_over_time({UPTIME_PROMQL}"

@@ -28,6 +28,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pulumi
 import pulumi_gcp as gcp
@@ -94,9 +95,13 @@ def project_number(project: str) -> str:
     return str(gcp.organizations.get_project(project_id=project).number)
 
 
+def door_metrics() -> dict[str, dict[str, Any]]:
+    """The door's custom metrics by name, from door/metrics.json (read as data: infra imports no door)."""
+    return {m["name"]: m for m in json.loads(METRICS_FILE.read_text(encoding="utf-8"))["metrics"]}
+
+
 def metric_types() -> list[str]:
-    """The door's custom metric types, from door/metrics.json (read as data: infra imports no door)."""
-    return [m["type"] for m in json.loads(METRICS_FILE.read_text(encoding="utf-8"))["metrics"]]
+    return [m["type"] for m in door_metrics().values()]
 
 
 @dataclass

@@ -14,6 +14,7 @@ link that states its constraint (``RULE_LINKS``); docs/limits.md tables them.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 import shlex
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -777,8 +778,6 @@ def _grants(resource: Resource) -> Iterator[tuple[str, str]]:
     elif kind.endswith("iambinding"):
         yield from ((role, str(m)) for m in resource.inputs.get("members") or [])
     elif kind.endswith("iampolicy"):
-        import json
-
         data = resource.inputs.get("policyData")
         document = json.loads(data) if isinstance(data, str) else {}
         for binding in document.get("bindings") or []:
@@ -980,8 +979,6 @@ def dashboard_json_valid(resource: Resource, _: PolicyContext) -> Iterator[str]:
     """A dashboard's dashboardJson is a JSON object with the displayName the API requires."""
     if resource.type != DASHBOARD:
         return
-    import json
-
     text = resource.inputs.get("dashboardJson")
     try:
         document = json.loads(str(text))
