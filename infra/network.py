@@ -67,6 +67,12 @@ class NetworkNotOursError(ValueError):
     pass
 
 
+def _not_found(exc: Exception) -> bool:
+    """Whether a failed lookup invoke says the resource does not exist (its error type is the
+    engine's, so only its text tells)."""
+    return "not found" in str(exc).lower() or "404" in str(exc)
+
+
 def existing_network(project: str, name: str) -> str | None:
     """The import id of this stack's VPC when an earlier deployment kept it, else None.
 
@@ -74,8 +80,8 @@ def existing_network(project: str, name: str) -> str | None:
     missing network is the invoke's "not found" error, or an answer without a self link."""
     try:
         found = gcp.compute.get_network(name=name, project=project)
-    except Exception as exc:  # the invoke's error type is the engine's
-        if "not found" in str(exc).lower() or "404" in str(exc):
+    except Exception as exc:
+        if _not_found(exc):
             return None
         raise
     if not found.self_link:
@@ -93,7 +99,7 @@ def existing_subnetwork(project: str, region: str, name: str) -> str | None:
     try:
         found = gcp.compute.get_subnetwork(name=name, region=region, project=project)
     except Exception as exc:
-        if "not found" in str(exc).lower() or "404" in str(exc):
+        if _not_found(exc):
             return None
         raise
     return f"projects/{project}/regions/{region}/subnetworks/{name}" if found.self_link else None
