@@ -102,9 +102,6 @@ def _csv(kind: Callable[[str], Any]) -> Callable[[str], list[Any]]:
 
 
 def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
-    if kind is float:
-        return positive_float
-
     def parse(text: str) -> Any:
         try:
             value = kind(text)
@@ -136,7 +133,7 @@ def _add_endpoint(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", help=f"bearer key (env {API_KEY_ENV}; default: stack output apiKey)")
     parser.add_argument("--stack", help="Pulumi stack to read outputs from (default: the selected one)")
     parser.add_argument(
-        "--timeout", type=_positive(float), default=DEFAULT_REQUEST_TIMEOUT_S, help="seconds per request"
+        "--timeout", type=positive_float, default=DEFAULT_REQUEST_TIMEOUT_S, help="seconds per request"
     )
 
 
@@ -222,25 +219,30 @@ def _progress(total: int | None, enabled: bool) -> Iterator[Callable[[str], None
 def _check_endpoint(args: argparse.Namespace) -> None:
     """A given --url must be one httpx can send to; URLs from the environment or the stack are
     checked when they are read (``endpoint.resolve``)."""
-    from qwen36.measure.endpoint import EndpointConfigError, check_url
+    from qwen36.measure.endpoint import check_url
 
     if args.url is not None:
-        try:
-            check_url(args.url, "--url")
-        except EndpointConfigError as exc:
-            raise UsageError(exc.message) from None
+        check_url(args.url, "--url")  # an EndpointConfigError: a usage error (exit 2)
+
+
+def _check_workloads(args: argparse.Namespace) -> None:
+    if args.workloads is not None:
+        unknown = sorted(set(args.workloads) - set(WORKLOAD_NAMES))
+        if unknown:
+            raise UsageError(f"--workloads: unknown {unknown}; choose from {', '.join(WORKLOAD_NAMES)}")
+
+
+def _check_one_stdout(args: argparse.Namespace) -> None:
+    if args.json == "-" and args.markdown == "-":
+        raise UsageError("--json and --markdown cannot both go to stdout; give one of them a PATH")
 
 
 def _check_bench(args: argparse.Namespace) -> None:
     _check_endpoint(args)
     if not 1 <= args.reps <= MAX_REPS:
         raise UsageError(f"--reps must be between 1 and {MAX_REPS} (one distinct prompt per repetition)")
-    if args.workloads is not None:
-        unknown = sorted(set(args.workloads) - set(WORKLOAD_NAMES))
-        if unknown:
-            raise UsageError(f"--workloads: unknown {unknown}; choose from {', '.join(WORKLOAD_NAMES)}")
-    if args.json == "-" and args.markdown == "-":
-        raise UsageError("--json and --markdown cannot both go to stdout; give one of them a PATH")
+    _check_workloads(args)
+    _check_one_stdout(args)
 
 
 def _check_load(args: argparse.Namespace) -> None:
@@ -249,17 +251,13 @@ def _check_load(args: argparse.Namespace) -> None:
         raise UsageError("bound the run with --requests N, --duration SECONDS, or both")
     if args.group and not (args.region and args.project):
         raise UsageError("--group needs --region and --project (the group is regional)")
-    if args.json == "-" and args.markdown == "-":
-        raise UsageError("--json and --markdown cannot both go to stdout; give one of them a PATH")
+    _check_one_stdout(args)
 
 
 def _check_tune(args: argparse.Namespace) -> None:
     if args.ctx_min > args.ctx_max:
         raise UsageError(f"--ctx-min {args.ctx_min} is above --ctx-max {args.ctx_max}")
-    if args.workloads is not None:
-        unknown = sorted(set(args.workloads) - set(WORKLOAD_NAMES))
-        if unknown:
-            raise UsageError(f"--workloads: unknown {unknown}; choose from {', '.join(WORKLOAD_NAMES)}")
+    _check_workloads(args)
     if args.launcher == "local":
         if args.model is None:
             raise UsageError("--launcher local needs --model PATH (the GGUF file)")
@@ -310,7 +308,7 @@ def register(subparsers: Any) -> None:
     )
     load.add_argument("--requests", type=_positive(int), help="stop after this many requests")
     load.add_argument(
-        "--duration", type=_positive(float), help="stop sending new requests after this many seconds"
+        "--duration", type=positive_float, help="stop sending new requests after this many seconds"
     )
     load.add_argument(
         "--max-tokens", type=_positive(int), default=DEFAULT_LOAD_MAX_TOKENS, help="new tokens per request"
@@ -325,7 +323,7 @@ def register(subparsers: Any) -> None:
     fleet.add_argument("--region", help="the group's region")
     fleet.add_argument("--project", help="the group's Google Cloud project")
     fleet.add_argument(
-        "--servers-poll", type=_positive(float), default=DEFAULT_SERVERS_POLL_S, help="seconds between counts"
+        "--servers-poll", type=positive_float, default=DEFAULT_SERVERS_POLL_S, help="seconds between counts"
     )
     fleet.add_argument("--compute-endpoint", help=argparse.SUPPRESS)  # a local Compute API stand-in
     fleet.add_argument("--anonymous", action="store_true", help=argparse.SUPPRESS)
@@ -366,12 +364,12 @@ def register(subparsers: Any) -> None:
     tune.add_argument("--reps", type=_positive(int), default=DEFAULT_TUNE_REPS)
     tune.add_argument("--max-tokens", type=_positive(int), default=DEFAULT_MAX_TOKENS)
     tune.add_argument("--workloads", type=_csv(str))
-    tune.add_argument("--timeout", type=_positive(float), default=DEFAULT_REQUEST_TIMEOUT_S)
+    tune.add_argument("--timeout", type=positive_float, default=DEFAULT_REQUEST_TIMEOUT_S)
     _add_output(tune, markdown=False)
     cal = tune.add_argument_group(
         "calibrate", "--sweep calibrate: the boot's own calibration (startup/calibrate.py), run here"
     )
-    cal.add_argument("--budget", type=_positive(float), help="seconds (default: the boot's bound, 120)")
+    cal.add_argument("--budget", type=positive_float, help="seconds (default: the boot's bound, 120)")
     cal.add_argument(
         "--write-verdict", action="store_true", help="store the result as the bucket's verdict for every boot"
     )
