@@ -521,6 +521,14 @@ SECRET = "gcp:secretmanager/secret:Secret"  # noqa: S105 (a type token)
 CLOUD_RUN_SERVICE = "gcp:cloudrunv2/service:Service"
 DASHBOARD = "gcp:monitoring/dashboard:Dashboard"
 _RFC1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _bad_gce_name(name: str, most: int) -> bool:
+    """Not a GCE name: at most ``most`` characters, RFC 1035 (a lowercase letter, then letters,
+    digits and '-', not ending in '-')."""
+    return len(name) > most or not _RFC1035.match(name)
+
+
 MAX_GCE_NAME = 63
 # GCE appends "-" and four characters to a group's baseInstanceName (REST instanceGroupManagers).
 MAX_BASE_INSTANCE_NAME = 58
@@ -630,7 +638,7 @@ def base_instance_name_valid(inputs: Mapping[str, Any]) -> Iterator[str]:
     base = inputs.get("baseInstanceName")
     if not isinstance(base, str):
         return
-    if len(base) > MAX_BASE_INSTANCE_NAME or not _RFC1035.match(base):
+    if _bad_gce_name(base, MAX_BASE_INSTANCE_NAME):
         yield f"baseInstanceName {base!r} is not RFC 1035 of at most {MAX_BASE_INSTANCE_NAME} characters"
 
 
@@ -639,7 +647,7 @@ def gce_names_valid(resource: Resource, _: PolicyContext) -> Iterator[str]:
     if not resource.type.startswith("gcp:compute/"):
         return
     name = resource.inputs.get("name")
-    if isinstance(name, str) and (len(name) > MAX_GCE_NAME or not _RFC1035.match(name)):
+    if isinstance(name, str) and _bad_gce_name(name, MAX_GCE_NAME):
         yield f"name {name!r} is not an RFC 1035 name of 1-{MAX_GCE_NAME} characters"
     prefix = resource.inputs.get("namePrefix")
     if isinstance(prefix, str) and (
@@ -666,7 +674,7 @@ def labels_valid(resource: Resource, _: PolicyContext) -> Iterator[str]:
 def network_tags_valid(inputs: Mapping[str, Any]) -> Iterator[str]:
     """Network tags are RFC 1035 names of 1-63 characters."""
     for tag in inputs.get("tags") or []:
-        if isinstance(tag, str) and (len(tag) > MAX_GCE_NAME or not _RFC1035.match(tag)):
+        if isinstance(tag, str) and _bad_gce_name(tag, MAX_GCE_NAME):
             yield f"network tag {tag!r} is not an RFC 1035 name of 1-{MAX_GCE_NAME} characters"
 
 
@@ -822,7 +830,7 @@ def cloud_run_service_limits(resource: Resource, _: PolicyContext) -> Iterator[s
         return
     inputs = resource.inputs
     name = inputs.get("name")
-    if isinstance(name, str) and (len(name) > MAX_GCE_NAME or not _RFC1035.match(name)):
+    if isinstance(name, str) and _bad_gce_name(name, MAX_GCE_NAME):
         yield f"name {name!r} is not an RFC 1035 name of at most {MAX_GCE_NAME} characters"
     if inputs.get("deletionProtection") is not False:
         yield "deletionProtection is not false: the provider (default true) refuses `pulumi destroy`"
