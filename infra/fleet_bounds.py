@@ -1,4 +1,4 @@
-"""The fleet's bounds and names, shared by infra/fleet.py, the boot script and the checks in infra/policy.py.
+"""The fleet's bounds and names, shared by infra/fleet.py, the boot script and the checks in infra/policy/.
 
 Plain numbers with their sources and no imports, so the checks can run where pulumi_gcp is absent.
 """

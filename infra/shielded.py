@@ -1,5 +1,5 @@
 """The server's shielded-VM settings, in one place for the instance (or the group's template) and
-the policy check (infra/policy.py ``secure_boot_on``).
+the policy check (infra/policy/ ``secure_boot_on``).
 
 vTPM and integrity monitoring are always on. Secure boot is the documented exception: off.
 

@@ -1,5 +1,5 @@
 """The policy pack Pulumi runs (``pulumi preview --policy-pack policy``): every rule of
-infra/policy.py, mandatory. Constructing the PolicyPack starts its gRPC server and never returns, so
+infra/policy/, mandatory. Constructing the PolicyPack starts its gRPC server and never returns, so
 this module only wires; policy/pack.py holds the adapter that the tests call directly."""
 
 import sys

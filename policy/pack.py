@@ -1,4 +1,4 @@
-"""The policy pack's adapter: pulumi-policy's arguments in, infra/policy.py's pure rules out.
+"""The policy pack's adapter: pulumi-policy's arguments in, infra/policy/'s pure rules out.
 
 A rule that needs one resource's inputs is a ResourceValidationPolicy, so the engine stops a
 misconfigured resource before it is created (in the preview, and again in the update with every

@@ -104,7 +104,7 @@ fi
 if ! pulumi config get gcp:project >/dev/null 2>&1; then
   pulumi config set gcp:project "$project"
 fi
-# The project's rules (infra/policy.py) as a policy pack: a mandatory violation stops the preview
+# The project's rules (infra/policy/) as a policy pack: a mandatory violation stops the preview
 # before anything is created. The pack has its own venv (pulumi-policy pins protobuf~=5.29).
 if [[ ! -x policy/.venv/bin/python ]]; then
   log "creating the policy pack's venv (policy/.venv)"

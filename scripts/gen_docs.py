@@ -316,7 +316,7 @@ def _door_subnet() -> str:
 
 
 def _policy_rules() -> list[str]:
-    """The rules of infra/policy.py, each one mandatory policy of the pack (policy/pack.py)."""
+    """The rules of infra/policy/, each one mandatory policy of the pack (policy/pack.py)."""
     from infra import policy
 
     return [rule.__name__ for rule in (*policy.RULES, *policy.PROGRAM_RULES)]

@@ -16,7 +16,7 @@ FORBIDDEN = {
     "infra": ("qwen36", "tests", "bench", "door"),
     "qwen36": ("tests", "bench", "door"),
     "startup": ("infra", "qwen36", "tests", "bench", "door"),
-    # The policy pack runs in its own venv beside `pulumi up`: only infra/policy.py's pure rules.
+    # The policy pack runs in its own venv beside `pulumi up`: only infra/policy/'s pure rules.
     "policy": ("qwen36", "tests", "bench", "startup", "door"),
     # The front door runs on Cloud Run from its own archive (infra/door_archive.py packs its files):
     # it imports no other room, and no room imports it.

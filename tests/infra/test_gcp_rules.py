@@ -1,4 +1,4 @@
-"""Our checks of GCP's rules (infra/policy.py) pass on what the program declares, and catch each breach."""
+"""Our checks of GCP's rules (infra/policy/) pass on what the program declares, and catch each breach."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The rules issue 20 added (infra/policy.py: the limits of every feature the program relies on),
+"""The rules issue 20 added (infra/policy/: the limits of every feature the program relies on),
 each passing on the program and failing on a bad fixture; the rules that wait for the integrator
 (policy_cases.PENDING_ON_MAIN) shown failing on today's main and passing on the intended shape."""
 
