@@ -205,6 +205,7 @@ export_all(
     model_uri=cache.model_uri,
     api_key=api_key.api_key if api_key else None,
     door_url=door.url if door is not None else None,
+    fleet_origin=fleet.origin if fleet is not None else None,
 )
 if fleet is not None:
     export_fleet(

@@ -8,8 +8,6 @@ Errors name the Pulumi config key, the value that was given and what is allowed.
 from __future__ import annotations
 
 import difflib
-import hashlib
-import ipaddress
 import json
 import math
 import re
@@ -20,8 +18,11 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from infra import config_rules as rules
+from infra.config_rules import covers_public_internet, exposes_public_internet
 from infra.fleet_bounds import IAP_TCP_FORWARDING_RANGE
-from infra.llama_cpp import LLAMA_CPP_BUILD
+from infra.llama_cpp import FIRST_KNOWN_BUILD, LLAMA_CPP_BUILD
+from infra.names import deployment_name as deployment_name
 
 PROJECT = "qwen36-mtp-l4"
 T = TypeVar("T")
@@ -64,6 +65,17 @@ MTP_DRAFT_N_MAX = 2
 MTP_MIB_PER_EXTRA_DRAFT = 64
 # Kept free beyond the estimate: the builds measured differ by ~70 MiB, and allocations fragment.
 FIT_SPARE_MIB = 256
+# The remainder at the reference holds llama.cpp's compute buffers as the deployed flags size them:
+# llama.cpp reserves its worst-case graph for one micro-batch, so the buffer grows with ubatchSize
+# (and a logical batch bounds the micro-batch). Those flags, ubatchSize 64 and batchSize 512, are
+# the only ones measured (the L4 reference and the H200 runs both used them; facts: "the deployed
+# flags"), so a larger value is refused rather than guessed: nothing measured says it fits.
+MEASURED_UBATCH = 64
+MEASURED_BATCH = 512
+# The default model's file, whose real size the fit uses whatever modelSizeBytes says (a pin that
+# disagrees by more than this share cannot be that file's size: stage checks the bytes anyway).
+DEFAULT_MODEL = ("unsloth/Qwen3.6-35B-A3B-MTP-GGUF", "Qwen3.6-35B-A3B-UD-Q4_K_XL.gguf")
+DEFAULT_MODEL_SIZE_TOLERANCE = 0.10
 
 # The L4 zones of the default region (gcloud compute accelerator-types list --filter="name=nvidia-l4").
 DEFAULT_ZONES = ("us-central1-a", "us-central1-b", "us-central1-c")
@@ -80,18 +92,6 @@ _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _TOOL_NAMES = {"all", "read_file", "file_glob_search", "grep_search", "exec_shell_command", "write_file"}
 _ARCH_RE = re.compile(r"^[a-z0-9_]{1,64}$")
-_ALL_IPV4 = ipaddress.IPv4Network("0.0.0.0/0")
-# The address blocks that are not the public internet (IANA's special-purpose registry: private,
-# shared, loopback, link-local, documentation, benchmarking, multicast, reserved), so "the whole
-# internet" is every other address. https://www.iana.org/assignments/iana-ipv4-special-registry
-_NOT_PUBLIC = tuple(
-    ipaddress.IPv4Network(cidr)
-    for cidr in (
-        "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
-        "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15",
-        "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
-    )
-)  # fmt: skip
 # A domain name for the Google-managed certificate: lowercase labels of letters, digits and '-',
 # at least two of them, no wildcard (managed certificates do not issue wildcards).
 # https://cloud.google.com/load-balancing/docs/ssl-certificates/google-managed-certs#domain-names
@@ -134,8 +134,8 @@ class StackConfig(BaseModel):
     build_tooling_image: bool = True
 
     # The model and its cache.
-    model_repo: str = "unsloth/Qwen3.6-35B-A3B-MTP-GGUF"
-    model_file: str = "Qwen3.6-35B-A3B-UD-Q4_K_XL.gguf"
+    model_repo: str = DEFAULT_MODEL[0]
+    model_file: str = DEFAULT_MODEL[1]
     model_revision: str = "main"
     model_sha256: str = ""
     model_size_bytes: int = Field(default=0, ge=0)
@@ -191,7 +191,7 @@ class StackConfig(BaseModel):
         if not zones:
             raise ValueError("must list at least one zone of `region` that offers nvidia-l4")
         for zone in zones:
-            if not _ZONE_RE.match(zone):
+            if not _ZONE_RE.fullmatch(zone):
                 raise ValueError(f"{zone!r} is not a zone name such as 'us-central1-a'")
         if len(set(zones)) != len(zones):
             raise ValueError("lists a zone twice")
@@ -208,21 +208,28 @@ class StackConfig(BaseModel):
     @field_validator("model_sha256")
     @classmethod
     def _sha256(cls, value: str) -> str:
-        if value and not _SHA256_RE.match(value):
+        if value and not _SHA256_RE.fullmatch(value):
             raise ValueError("must be 64 lowercase hex digits, or empty to take the hub's LFS sha256")
         return value
 
     @field_validator("model_repo")
     @classmethod
     def _repo(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", value):
+        # The hub's own check (huggingface_hub.utils.validate_repo_id): ASCII word characters, '.'
+        # and '-', at most 96 a part, no '--' or '..'.
+        if not re.fullmatch(r"[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}", value, re.ASCII) or (
+            "--" in value or ".." in value
+        ):
             raise ValueError("must be a Hugging Face repo id such as 'owner/name'")
         return value
 
     @field_validator("model_file")
     @classmethod
     def _file(cls, value: str) -> str:
-        if not value.endswith(".gguf") or value.startswith("/") or ".." in value.split("/"):
+        # It becomes a GCS object name and a path on the VM: no control character or backslash.
+        # https://cloud.google.com/storage/docs/objects#naming
+        unsafe = any(ord(c) < 32 or ord(c) == 127 or c == "\\" for c in value)
+        if unsafe or not value.endswith(".gguf") or value.startswith("/") or ".." in value.split("/"):
             raise ValueError("must be a relative path to a .gguf file inside the repo")
         return value
 
@@ -233,10 +240,36 @@ class StackConfig(BaseModel):
             raise ValueError("must be a non-empty name without surrounding spaces")
         return value
 
+    @field_validator("image_project")
+    @classmethod
+    def _image_project(cls, value: str) -> str:
+        # Google's public image projects predate the restricted strings (google-containers).
+        return rules.check_project_id(value, new_project_rules=False)
+
+    @field_validator("image_family")
+    @classmethod
+    def _image_family(cls, value: str) -> str:
+        return rules.check_rfc1035(value, "an image family name")
+
+    @field_validator("model_revision")
+    @classmethod
+    def _revision(cls, value: str) -> str:
+        return rules.check_revision(value)
+
+    @field_validator("llama_cpp_build")
+    @classmethod
+    def _build(cls, value: int) -> int:
+        if value < FIRST_KNOWN_BUILD:
+            raise ValueError(
+                f"must be a llama.cpp build the program's server flags are known for: b{FIRST_KNOWN_BUILD} "
+                f"or later (the pinned one is {LLAMA_CPP_BUILD}; infra/llama_cpp.py)"
+            )
+        return value
+
     @field_validator("model_architecture")
     @classmethod
     def _architecture(cls, value: str) -> str:
-        if not _ARCH_RE.match(value):
+        if not _ARCH_RE.fullmatch(value):
             raise ValueError(
                 "must be a GGUF general.architecture such as 'qwen35moe' (lowercase letters, digits, '_')"
             )
@@ -245,7 +278,7 @@ class StackConfig(BaseModel):
     @field_validator("alias")
     @classmethod
     def _alias(cls, value: str) -> str:
-        if not _ALIAS_RE.match(value):
+        if not _ALIAS_RE.fullmatch(value):
             raise ValueError("must be 1-64 characters of letters, digits, '.', '_' or '-'")
         return value
 
@@ -261,18 +294,13 @@ class StackConfig(BaseModel):
     @classmethod
     def _cidrs(cls, value: list[str]) -> list[str]:
         for cidr in value:
-            try:
-                network = ipaddress.ip_network(cidr, strict=True)
-            except ValueError as exc:
-                raise ValueError(f"{cidr!r} is not a CIDR range such as '203.0.113.7/32' ({exc})") from None
-            if network.version != 4:
-                raise ValueError(f"{cidr!r}: only IPv4 ranges are supported (the VM has an IPv4 address)")
+            rules.parse_cidr(cidr)
         return value
 
     @field_validator("domain")
     @classmethod
     def _domain(cls, value: str) -> str:
-        if value and not _DOMAIN_RE.match(value):
+        if value and not _DOMAIN_RE.fullmatch(value):
             raise ValueError(
                 "must be a lowercase DNS name such as 'llm.example.com' (no scheme, port, path or wildcard), "
                 "or empty for plain HTTP"
@@ -292,16 +320,10 @@ class StackConfig(BaseModel):
                 f"(its default, {DEFAULT_IDLE_STOP_MINUTES}, does nothing in a fleet) or 0",
             )
         for zone in self.zones:
-            match = _ZONE_RE.match(zone)
+            match = _ZONE_RE.fullmatch(zone)
             if match and match["region"] != self.region:
                 raise _FieldError("zones", f"zone {zone!r} is not in region {self.region!r}")
-        if covers_public_internet(self.source_ranges) and not self.allow_public_internet:
-            whole = "0.0.0.0/0 opens" if "0.0.0.0/0" in self.source_ranges else "together these ranges open"
-            raise _FieldError(
-                "source_ranges",
-                f"{whole} the server to the whole internet; also set allowPublicInternet: true "
-                "to mean it, or list your own ranges",
-            )
+        self._range_checks()
         self._exposure_checks()
         if self.min_boot_disk_gb > self.boot_disk_size_gb:
             raise _FieldError(
@@ -311,6 +333,18 @@ class StackConfig(BaseModel):
             )
         if self.ubatch_size > self.batch_size:
             raise _FieldError("ubatch_size", f"must not exceed batchSize ({self.batch_size})")
+        for field, value, measured in (
+            ("ubatch_size", self.ubatch_size, MEASURED_UBATCH),
+            ("batch_size", self.batch_size, MEASURED_BATCH),
+        ):
+            if value > measured:
+                raise _FieldError(
+                    field,
+                    f"the L4 fit (model, KV, MTP and llama.cpp's compute buffer, which grows with the "
+                    f"micro-batch) was measured only up to ubatchSize {MEASURED_UBATCH} and batchSize "
+                    f"{MEASURED_BATCH}; use at most {measured}",
+                )
+        self._default_model_size_check()
         if self.degraded_ctx_size > self.ctx_size:
             raise _FieldError("degraded_ctx_size", f"must not exceed ctxSize ({self.ctx_size})")
         if self.threads > self.vcpus:
@@ -320,6 +354,27 @@ class StackConfig(BaseModel):
         self._door_checks()
         self._fit_check()
         return self
+
+    def _range_checks(self) -> None:
+        try:
+            rules.check_range_count(self.source_ranges, fleet=self.fleet)
+        except ValueError as exc:
+            raise _FieldError("source_ranges", str(exc)) from None
+        if exposes_public_internet(self.source_ranges) and not self.allow_public_internet:
+            if "0.0.0.0/0" in self.source_ranges:
+                whole = "0.0.0.0/0 opens the server to the whole internet"
+            elif covers_public_internet(self.source_ranges):
+                whole = "together these ranges open the server to the whole internet"
+            else:
+                share = rules.public_addresses(self.source_ranges) / rules.PUBLIC_IPV4_ADDRESSES
+                whole = (
+                    f"these ranges admit {share:.1%} of the public IPv4 space, more than one /8 "
+                    f"({rules.MAX_PRIVATE_SHARE_ADDRESSES} addresses), which is a share of the internet"
+                )
+            raise _FieldError(
+                "source_ranges",
+                f"{whole}; also set allowPublicInternet: true to mean it, or list your own ranges",
+            )
 
     def _door_checks(self) -> None:
         if not self.front_door:
@@ -367,10 +422,21 @@ class StackConfig(BaseModel):
                 "exposeWithoutApiKey: true to mean it, or keep apiKey: true",
             )
 
+    def _default_model_size_check(self) -> None:
+        if not self.default_model or not self.model_size_bytes:
+            return
+        off = abs(self.model_size_bytes - NOMINAL_MODEL_BYTES)
+        if off > DEFAULT_MODEL_SIZE_TOLERANCE * NOMINAL_MODEL_BYTES:
+            raise _FieldError(
+                "model_size_bytes",
+                f"the default model ({DEFAULT_MODEL[1]}) is about {NOMINAL_MODEL_BYTES / 1e9:.1f} GB; pin "
+                "its real size, or 0 to take the hub's",
+            )
+
     def _fit_check(self) -> None:
         most = self.max_ctx_size
         if self.ctx_size > most:
-            model_gb = self.model_bytes_for_sizing / 1e9
+            model_gb = self.fit_model_bytes / 1e9
             raise _FieldError(
                 "ctx_size",
                 f"does not fit the L4 beside a {model_gb:.1f} GB model: at most {most} by the estimate "
@@ -438,6 +504,15 @@ class StackConfig(BaseModel):
     @property
     def model_bytes_for_sizing(self) -> int:
         return self.model_size_bytes or NOMINAL_MODEL_BYTES
+
+    @property
+    def default_model(self) -> bool:
+        return (self.model_repo, self.model_file) == DEFAULT_MODEL
+
+    @property
+    def fit_model_bytes(self) -> int:
+        """The model's size for the L4 fit: the default model's own, else modelSizeBytes (or the nominal)."""
+        return NOMINAL_MODEL_BYTES if self.default_model else self.model_bytes_for_sizing
 
     @property
     def min_boot_disk_gb(self) -> int:
@@ -515,7 +590,7 @@ class StackConfig(BaseModel):
             NOMINAL_MODEL_BYTES / MIB + KV_MIB_PER_TOKEN * REFERENCE_CTX + MTP_DRAFT_MIB + REFERENCE_FREE_MIB
         )
         runtime = L4_MEMORY_MIB - reference_need
-        room = L4_MEMORY_MIB - FIT_SPARE_MIB - runtime - self.model_bytes_for_sizing / MIB
+        room = L4_MEMORY_MIB - FIT_SPARE_MIB - runtime - self.fit_model_bytes / MIB
         mtp = self.mtp_draft_mib
         fixed = (room - mtp) / KV_MIB_PER_TOKEN
         most = fixed if fixed <= REFERENCE_CTX else room / (KV_MIB_PER_TOKEN + mtp / REFERENCE_CTX)
@@ -548,35 +623,6 @@ class _FieldError(ValueError):
 
 def config_key(field: str) -> str:
     return f"{PROJECT}:{to_camel(field)}"
-
-
-def covers_public_internet(ranges: list[str]) -> bool:
-    """Whether the union of ``ranges`` holds every public IPv4 address (not only ``0.0.0.0/0``:
-    ``0.0.0.0/1`` with ``128.0.0.0/1`` is the same internet)."""
-    left: list[ipaddress.IPv4Network] = [_ALL_IPV4]
-    for cidr in ranges:
-        try:
-            network = ipaddress.IPv4Network(cidr)
-        except ValueError:
-            continue  # refused by its own validator
-        left = _subtract(left, network)
-    for block in _NOT_PUBLIC:
-        left = _subtract(left, block)
-    return not left
-
-
-def _subtract(
-    networks: list[ipaddress.IPv4Network], cut: ipaddress.IPv4Network
-) -> list[ipaddress.IPv4Network]:
-    out: list[ipaddress.IPv4Network] = []
-    for network in networks:
-        if network.subnet_of(cut):
-            continue
-        if cut.subnet_of(network):
-            out.extend(network.address_exclude(cut))
-        else:
-            out.append(network)
-    return out
 
 
 # Keys of earlier versions, with what replaced them.
@@ -711,19 +757,21 @@ def stack_file_keys(stack: str, project_dir: Path | None = None) -> set[str] | N
 
 
 GCP_PROJECT_KEY = "gcp:project"
-_NAME_UNSAFE = re.compile(r"[^a-z0-9-]+")
 
 
 def require_gcp_project(raw: Mapping[str, Any]) -> str:
     """The Google Cloud project from the gcp provider's own config key, checked before anything is built."""
-    project = str(raw.get(GCP_PROJECT_KEY) or "").strip()
-    if not project:
+    project = str(raw.get(GCP_PROJECT_KEY) or "")
+    if not project.strip():
         raise ConfigError(
             GCP_PROJECT_KEY,
             "is not set; run `pulumi config set gcp:project <your-project-id>` "
             "(the project that will own the VM, bucket and secret)",
         )
-    return project
+    try:
+        return rules.check_project_id(project)
+    except ValueError as exc:
+        raise ConfigError(GCP_PROJECT_KEY, f"{project!r}: {exc}") from None
 
 
 def load_gcp_project() -> str:
@@ -740,28 +788,3 @@ def _for_pulumi(read: Callable[[Mapping[str, Any]], T], raw: Mapping[str, Any]) 
         return read(raw)
     except ConfigError as exc:
         raise pulumi.RunError(str(exc)) from None
-
-
-_HASH_SUFFIX = re.compile(r"-[0-9a-f]{8}$")
-
-
-def deployment_name(stack: str, *, max_length: int = 30) -> str:
-    """A GCE-safe name for this stack's resources, e.g. ``qwen36-dev``, distinct for every stack name.
-
-    Service-account ids allow 6-30 characters of ``[a-z0-9-]``, starting with a letter and not
-    ending with '-', the tightest rule among the names we derive, so one slug fits them all.
-    https://cloud.google.com/iam/docs/service-accounts-create#creating
-
-    A stack name that is already such a slug and fits is used as it is. Any other (upper case, other
-    characters, too long) gets ``-<8 hex>`` of its sha256, so ``Dev`` and ``dev``, or two long names
-    alike in their first characters, never share resource names. A name kept as it is never ends in
-    ``-<8 hex>`` (one that does is hashed too), so the two forms cannot meet; two hashed names meet
-    only if their sha256 prefixes collide (one chance in 2**32).
-    """
-    slug = _NAME_UNSAFE.sub("-", stack.lower()).strip("-") or "stack"
-    plain = f"qwen36-{slug}"
-    if slug == stack and len(plain) <= max_length and not _HASH_SUFFIX.search(plain):
-        return plain
-    digest = hashlib.sha256(stack.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    head = plain[: max_length - len(digest) - 1].rstrip("-")
-    return f"{head}-{digest}"

@@ -36,6 +36,7 @@ import pulumi_gcp as gcp
 from infra import door_archive
 from infra.cold_start import cold_start_s
 from infra.config import StackConfig
+from infra.names import suffixed_id
 from infra.server_args import PORT
 
 # Google's Python runtime for source deploys (the base-images page gives
@@ -70,7 +71,7 @@ def service_name(deployment: str) -> str:
 
 
 def account_id(deployment: str) -> str:
-    return deployment[: MAX_ACCOUNT_ID - len(ACCOUNT_SUFFIX)].rstrip("-") + ACCOUNT_SUFFIX
+    return suffixed_id(deployment, ACCOUNT_SUFFIX, max_length=MAX_ACCOUNT_ID)
 
 
 def deterministic_url(service: str, project_number: str, region: str) -> str:

@@ -36,6 +36,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from infra.config import StackConfig
+from infra.config_rules import ARMOR_RANGES_PER_RULE
 from infra.fleet_bounds import (
     COLD_START_BOUND_S,
     LOAD_METRIC_TYPE,
@@ -49,9 +50,8 @@ from infra.server_args import PORT
 NAMED_PORT = "http"
 HTTP_PORT = 80
 HTTPS_PORT = 443
-# Cloud Armor matches at most 10 IP ranges per rule (basic match condition).
-# https://cloud.google.com/armor/docs/security-policy-overview#ip-address-lists
-ARMOR_RANGES_PER_RULE = 10
+# Cloud Armor matches at most 10 IP ranges per rule (basic match condition); infra/config_rules.py
+# bounds the list to what one policy takes. https://cloud.google.com/armor/docs/security-policy-overview#ip-address-lists
 ARMOR_FIRST_PRIORITY = 1000
 ARMOR_DEFAULT_PRIORITY = 2147483647
 ARMOR_DENY = "deny(403)"

@@ -7,6 +7,10 @@ to the same build number that the test suite compiles from the PyPI sdist ``llam
 from __future__ import annotations
 
 LLAMA_CPP_BUILD = 11434
+# The oldest build whose server image this program knows how to run: the project measured MTP from
+# b9803 on (docs/performance.md: "measured on llama.cpp b9803-b9828"); an older tag predates the
+# draft head the server's flags ask for. `llamaCppBuild` below it is refused by infra/config.py.
+FIRST_KNOWN_BUILD = 9803
 IMAGE_REPOSITORY = "ghcr.io/ggml-org/llama.cpp"
 
 

@@ -31,12 +31,14 @@ OUTPUTS: tuple[OutputGroup, ...] = (
         ("webUiUrl", "apiBaseUrl", "metricsUrl"),
         "always",
         "the web UI and the OpenAI-compatible base URL (`.../v1`): the front door's HTTPS URL with a door, "
-        "else `http://localhost:8080` through the IAP tunnel; Prometheus metrics, always through the tunnel",
+        "a fleet's load balancer (as `fleetApiBaseUrl`), else `http://localhost:8080` through the IAP "
+        "tunnel; Prometheus metrics, always through the tunnel",
     ),
     OutputGroup(
         ("access",),
         "always",
-        "how to reach the server (the door, the open `sourceRanges` or the tunnel), led by a `WARNING:` for "
+        "how to reach the server (the door, a fleet's load balancer, the open `sourceRanges` or the tunnel), "
+        "led by a `WARNING:` for "
         "any risk the config names on purpose",
     ),
     OutputGroup(("apiKey",), "always", "the API key (a secret: `pulumi stack output apiKey --show-secrets`)"),

@@ -34,6 +34,8 @@ class Place:
     door_url: str | None = None
     """The front door's HTTPS origin (infra/door.py), where the single server has one."""
     replicas: int = 1
+    fleet_origin: str | None = None
+    """The fleet's load-balanced origin (infra/fleet.py: https://<domain> or http://<its IP>)."""
 
 
 def base_url(place: Place) -> str:
@@ -41,7 +43,7 @@ def base_url(place: Place) -> str:
 
     A member's own address is never an output: it changes with every repair (no stateful IP: see
     infra/server_group.py), so ``qwen36 status`` shows the current one."""
-    return place.door_url or f"http://{LOCAL_TUNNEL_HOST}:{PORT}"
+    return place.door_url or place.fleet_origin or f"http://{LOCAL_TUNNEL_HOST}:{PORT}"
 
 
 def _group_args(place: Place) -> str:
@@ -87,6 +89,23 @@ def access_note(cfg: StackConfig, place: Place) -> str:
 
 def _reach(cfg: StackConfig, place: Place) -> str:
     tunnel = commands(place)["iapTunnel"]
+    if cfg.fleet:
+        size = (
+            f"{cfg.min_replicas}-{cfg.max_replicas} servers sized on their load"
+            if cfg.autoscaled
+            else f"{cfg.replicas} servers"
+        )
+        scheme = (
+            "HTTPS" if cfg.domain else "plain HTTP (the key and prompts in clear text; set domain for HTTPS)"
+        )
+        origin = place.fleet_origin or "the fleet's load balancer (fleetIp)"
+        key = " and every request needs the API key" if cfg.api_key else ", with no API key"
+        return (
+            f"The fleet's load balancer {origin} spreads requests over {size}, over {scheme}; Cloud Armor "
+            f"admits only {', '.join(cfg.source_ranges)}{key}. The "
+            f"members' port {PORT} admits only Google's load balancer and health checks; fleetMembers "
+            "lists them, fleetMemberMetrics says how to read one member's /metrics through IAP."
+        )
     if place.door_url:
         return (
             f"The front door {place.door_url} answers over HTTPS with the API key and wakes the server "
@@ -139,6 +158,7 @@ def export_all(
     model_uri: pulumi.Input[str],
     api_key: pulumi.Input[str] | None,
     door_url: pulumi.Input[str] | None = None,
+    fleet_origin: pulumi.Input[str] | None = None,
 ) -> None:
     """Export the stack outputs; each key of :func:`plain_outputs` becomes one stack output."""
 
@@ -146,7 +166,9 @@ def export_all(
         place = Place(region=cfg.region, zones=tuple(cfg.zones), replicas=cfg.replicas, **values)
         return plain_outputs(cfg, place)
 
-    place = pulumi.Output.all(project=project, group=group_name, door_url=door_url).apply(resolve)
+    place = pulumi.Output.all(
+        project=project, group=group_name, door_url=door_url, fleet_origin=fleet_origin
+    ).apply(resolve)
     for key in PLAIN_OUTPUT_KEYS:
         pulumi.export(key, place.apply(operator.itemgetter(key)))
     pulumi.export("modelBucket", bucket)

@@ -57,6 +57,7 @@ from infra.cold_start import COLD_START_STOCK, COLD_START_TOOLING, DOCKER_AND_PU
 from infra.config import BOOT_DISK_BASE_GB, DISK_HEADROOM_GB, PROJECT, SERVER_IMAGE_GB, StackConfig
 from infra.health_gate import REPO_ROOT, wait_command
 from infra.llama_cpp import server_image
+from infra.names import suffixed_id
 
 # The bake needs no GPU: the NVIDIA driver and container toolkit come with the base image, and
 # `nvidia-ctk runtime configure` only edits docker's daemon.json. So the builder is a small
@@ -133,7 +134,7 @@ def builder_name(cfg: StackConfig) -> str:
 def builder_account_id(deployment: str) -> str:
     """The builder's service-account id: the deployment's name (per stack, so two stacks of one
     project never share it) with ``-bake``, within the 30-character limit."""
-    return deployment[: MAX_ACCOUNT_ID - len(BUILDER_ACCOUNT_SUFFIX)].rstrip("-") + BUILDER_ACCOUNT_SUFFIX
+    return suffixed_id(deployment, BUILDER_ACCOUNT_SUFFIX, max_length=MAX_ACCOUNT_ID)
 
 
 def family_url(project: str, family: str) -> str:

@@ -94,6 +94,11 @@ def test_fixed_fleet_has_no_autoscaler_and_warns_about_clear_text(fixed: Any) ->
     assert fixed.of_type(CERT) == [] and fixed.of_type(HTTPS_PROXY) == []
     assert fixed.outputs["fleetWarning"] == CLEARTEXT_WARNING
     assert fixed.outputs["fleetApiBaseUrl"] == f"http://{MOCK_GLOBAL_IP}/v1"
+    # Issue 29: the plain outputs describe the fleet too, not a single server behind a tunnel.
+    assert fixed.outputs["apiBaseUrl"] == fixed.outputs["fleetApiBaseUrl"]
+    assert fixed.outputs["webUiUrl"] == f"http://{MOCK_GLOBAL_IP}/"
+    assert fixed.outputs["access"].startswith(f"The fleet's load balancer http://{MOCK_GLOBAL_IP} spreads")
+    assert "3 servers" in fixed.outputs["access"] and "localhost" not in fixed.outputs["access"]
     assert fixed.outputs["fleetServersNow"] == 3 and fixed.outputs["fleetServersMax"] == 3
 
 

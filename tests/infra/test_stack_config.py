@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from typing import Any
 
@@ -19,6 +20,12 @@ from infra.config import (
     deployment_name,
     parse_config,
     require_gcp_project,
+)
+from infra.config_rules import (
+    MAX_ARMOR_SOURCE_RANGES,
+    MAX_FIREWALL_SOURCE_RANGES,
+    MAX_PRIVATE_SHARE_ADDRESSES,
+    public_addresses,
 )
 
 PUBLIC_PIECES = (
@@ -85,6 +92,22 @@ INVALID: dict[str, tuple[str, Any, str]] = {
     "timeout": ("healthTimeoutMinutes", 0, "1"),
     "build": ("llamaCppBuild", 0, "1"),
     "unknown-key": ("ctxsize", 4096, "did you mean qwen36-mtp-l4:ctxSize?"),
+    # Issue 29: values GCE, the hub or a shell refuse, refused where they are read.
+    "image-family-spaces": ("imageFamily", "common cu129", "RFC 1035"),
+    "image-family-semicolon": ("imageFamily", "common;reboot", "RFC 1035"),
+    "image-family-capitals": ("imageFamily", "Common-CU129", "RFC 1035"),
+    "image-family-long": ("imageFamily", "a" * 200, "1-63"),
+    "image-project-space": ("imageProject", "my project", "project id"),
+    "revision-shell": ("modelRevision", "main; rm -rf /", "40 hex"),
+    "revision-escape": ("modelRevision", "../../etc", "no '..'"),
+    "revision-non-ascii": ("modelRevision", "mäin", "branch or tag"),
+    "build-one": ("llamaCppBuild", 1, "b9803"),
+    "repo-non-ascii": ("modelRepo", "ünsloth/model", "owner/name"),
+    "cidr-netmask": ("sourceRanges", ["10.0.0.0/255.0.0.0"], "'10.0.0.0/8', not a netmask"),
+    "cidr-hostmask": ("sourceRanges", ["10.0.0.0/0.255.255.255"], "not a netmask"),
+    "default-model-size-override": ("modelSizeBytes", 1, "about 23.0 GB"),
+    "ubatch-never-measured": ("ubatchSize", 128, "measured only up to ubatchSize 64"),
+    "batch-never-measured": ("batchSize", 1024, "measured only up to ubatchSize 64 and batchSize 512"),
 }
 
 
@@ -117,7 +140,18 @@ def test_invalid_value_names_key_value_and_what_is_allowed(case: str, as_cli_pas
         {"ctxSize": 63744},
         {"ctxSize": 77056, "specDraftNMax": 0},
         {"ctxSize": 56320, "specDraftNMax": 3},
-        {"sourceRanges": ["0.0.0.0/1"], "door": False},
+        # The largest exposure without allowPublicInternet: one /8's worth of public addresses.
+        {"sourceRanges": ["11.0.0.0/8"], "door": False},
+        {"sourceRanges": ["11.0.0.0/9", "11.128.0.0/9", "10.0.0.0/8", "192.168.0.0/16"], "door": False},
+        {"sourceRanges": ["203.0.113.7"], "door": False},
+        {"ubatchSize": 32, "batchSize": 256},
+        {"modelRevision": "0123456789abcdef0123456789abcdef01234567"},
+        {"modelRevision": "refs/pr/12"},
+        {
+            "imageProject": "ubuntu-os-accelerator-images",
+            "imageFamily": "ubuntu-accelerator-2204-amd64-with-nvidia-580",
+        },
+        {"modelRepo": "acme/small", "modelFile": "tiny.gguf", "modelSizeBytes": 1},
         {"region": "asia-southeast1", "zones": ["asia-southeast1-b"], "specDraftPMin": 0.5},
         {
             "region": "europe-west4",
@@ -152,7 +186,8 @@ def test_other_namespaces_are_ignored() -> None:
 
 
 def test_gcp_project_is_required_by_its_own_key() -> None:
-    assert require_gcp_project({"gcp:project": "acme"}) == "acme"
+    assert require_gcp_project({"gcp:project": "acme-llm"}) == "acme-llm"
+    assert require_gcp_project({"gcp:project": "example.com:acme-llm"}) == "example.com:acme-llm"
     for missing in ({}, {"gcp:project": ""}, {"gcp:project": "  "}):
         with pytest.raises(ConfigError) as err:
             require_gcp_project(missing)
@@ -368,8 +403,12 @@ def test_ctx_size_that_cannot_fit_the_l4_is_refused_with_the_estimate() -> None:
     # The estimate follows the model and the drafts: a smaller model or no MTP leaves more room.
     assert StackConfig().max_ctx_size == 63744
     assert StackConfig(spec_draft_n_max=0).max_ctx_size > 75000
-    smaller = StackConfig(model_size_bytes=20 * 1024**3, ctx_size=8192, boot_disk_size_gb=80)
+    smaller = StackConfig(
+        model_file="smaller.gguf", model_size_bytes=20 * 1024**3, ctx_size=8192, boot_disk_size_gb=80
+    )
     assert smaller.max_ctx_size > 100000
+    # The default model is fitted at its own size, whatever modelSizeBytes claims (issue 29).
+    assert StackConfig(model_size_bytes=22_000_000_000).max_ctx_size == StackConfig().max_ctx_size
     # n-max 3 costs 64 MiB more and the deployed ctx still fits (the facts' own reading).
     assert StackConfig(spec_draft_n_max=3).max_ctx_size >= 56320
 
@@ -423,3 +462,96 @@ def test_the_front_door_needs_the_key_and_opens_no_range(
     assert isinstance(
         parse_config({f"{PROJECT}:{k}": v for k, v in {**overrides, "door": False}.items()}), StackConfig
     )
+
+
+@pytest.mark.parametrize(
+    "project",
+    ["my project", "MyProject", "google", "acme-google-llm", "a/b", "short", "x" * 31, "acme-", "1acme-llm",
+     "other/../acme-llm", "acme-llm\n", "ácme-llm"],
+)  # fmt: skip
+def test_a_project_id_gce_refuses_is_refused_with_the_rule(project: str) -> None:
+    """https://cloud.google.com/resource-manager/docs/creating-managing-projects (issue 29)."""
+    with pytest.raises(ConfigError) as err:
+        require_gcp_project({"gcp:project": project})
+    assert err.value.key == "gcp:project"
+    assert "project id" in str(err.value) or "restricted string" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("modelRevision", "main\nx"), ("modelRevision", "main\x00"), ("modelFile", "a\x00b.gguf"),
+     ("modelFile", "a\nb.gguf"), ("imageFamily", "family\n"), ("imageProject", "acme-llm\n"),
+     ("alias", "qwen\u200b"), ("modelRepo", "owner/name\n"), ("domain", "llm.example.com\n")],
+)  # fmt: skip
+def test_control_characters_are_refused_where_they_are_read(key: str, value: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config({f"{PROJECT}:{key}": value})
+    assert err.value.key == f"{PROJECT}:{key}" and repr(value) in str(err.value)
+
+
+# --- issue 29: exposure by size, not by exact cover -------------------------------------------------
+
+ALL_BUT_ONE = [
+    str(n) for n in ipaddress.IPv4Network("0.0.0.0/0").address_exclude(ipaddress.IPv4Network("8.8.8.8/32"))
+]
+
+
+def _ranges(ranges: list[str], **more: Any) -> StackConfig:
+    return parse_config({f"{PROJECT}:door": False, f"{PROJECT}:sourceRanges": ranges, **more})
+
+
+def test_the_exposure_boundary_on_both_sides() -> None:
+    """The largest set accepted admits exactly one /8's worth of public addresses; one more is refused."""
+    largest = ["11.0.0.0/8", "10.0.0.0/8", "127.0.0.0/8"]  # private and loopback blocks count for nothing
+    assert public_addresses(largest) == MAX_PRIVATE_SHARE_ADDRESSES
+    assert _ranges(largest).source_ranges == largest
+    smallest = ["11.0.0.0/8", "12.0.0.0/32"]
+    assert public_addresses(smallest) == MAX_PRIVATE_SHARE_ADDRESSES + 1
+    with pytest.raises(ConfigError) as err:
+        _ranges(smallest)
+    assert err.value.key == f"{PROJECT}:sourceRanges"
+    assert "more than one /8 (16777216 addresses)" in str(err.value)
+    assert "allowPublicInternet" in str(err.value)
+    assert isinstance(_ranges(smallest, **{f"{PROJECT}:allowPublicInternet": True}), StackConfig)
+
+
+@pytest.mark.parametrize(
+    "ranges",
+    [ALL_BUT_ONE, ["0.0.0.0/1"], [f"{n}.0.0.0/8" for n in range(1, 224) if n not in (10, 127, 100)][1:]],
+    ids=["all-but-8.8.8.8", "half", "220-public-slash-8s"],
+)
+def test_most_of_the_internet_needs_the_opt_in(ranges: list[str]) -> None:
+    assert len(ALL_BUT_ONE) == 32
+    with pytest.raises(ConfigError) as err:
+        _ranges(ranges)
+    assert "share of the internet; also set allowPublicInternet: true" in str(err.value)
+    # In a fleet the same list would become Cloud Armor rules: refused there too.
+    with pytest.raises(ConfigError):
+        parse_config({f"{PROJECT}:replicas": 2, f"{PROJECT}:sourceRanges": ranges[:1990]})
+
+
+def test_the_range_count_is_bounded_by_the_firewall_and_cloud_armor() -> None:
+    many = [str(ipaddress.IPv4Address("11.0.0.0") + i) + "/32" for i in range(MAX_FIREWALL_SOURCE_RANGES + 1)]
+    assert len(_ranges(many[:-1]).source_ranges) == MAX_FIREWALL_SOURCE_RANGES
+    with pytest.raises(ConfigError) as err:
+        _ranges(many)
+    assert "5001 ranges are more than one firewall rule takes (5000: https://" in str(err.value)
+    fleet = {f"{PROJECT}:replicas": 2}
+    assert parse_config({**fleet, f"{PROJECT}:sourceRanges": many[:MAX_ARMOR_SOURCE_RANGES]}).fleet
+    with pytest.raises(ConfigError) as err:
+        parse_config({**fleet, f"{PROJECT}:sourceRanges": many[: MAX_ARMOR_SOURCE_RANGES + 1]})
+    assert "1991 ranges are more than one Cloud Armor policy takes (1990: 199 rules of 10" in str(err.value)
+
+
+@given(st.text(min_size=1, max_size=60), st.text(min_size=1, max_size=60))
+def test_long_stack_names_never_share_the_door_or_builder_account(a: str, b: str) -> None:
+    """The door's and the builder's ids keep 8 hex digits of the name's hash (issue 29: 3 were left)."""
+    from infra.door import account_id
+    from infra.tooling_image import builder_account_id
+
+    one, two = deployment_name(a), deployment_name(b)
+    for derive in (account_id, builder_account_id):
+        assert 6 <= len(derive(one)) <= 30 and derive(one)[0].isalpha()
+        if one != two:
+            assert derive(one) != derive(two)
+    assert account_id(deployment_name("dev")) == "qwen36-dev-door"
