@@ -81,3 +81,58 @@ def output_problem(path: Path, suffix: str = "") -> str | None:
     elif not os.access(parent, os.W_OK | os.X_OK):
         return f"cannot create files in {str(parent)!r} (permission denied)"
     return None
+
+
+def bounded_float(high: float, what: str = "") -> Callable[[str], float]:
+    """A positive finite number no larger than ``high``: ``1e300`` seconds overflows the clock and
+    the socket timeout it reaches (``OverflowError``), long before any wait could end."""
+
+    def parse(text: str) -> float:
+        value = positive_float(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(f"{text!r} is more than {high:g}{what}")
+        return value
+
+    parse.__name__ = f"number up to {high:g}"
+    return parse
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be sent to (httpx refuses it or raises on it), or None."""
+    from urllib.parse import urlsplit
+
+    if not url.isascii() or any(ord(c) < 33 or ord(c) == 127 for c in url):
+        return f"{url!r} holds a space, a control or a non-ASCII character"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (parsed only to refuse a bad one: urlsplit checks it lazily)
+    except ValueError as exc:
+        return f"{url!r} is not a URL ({exc})"
+    if parts.scheme not in ("http", "https"):
+        return f"{url!r}: give an http:// or https:// URL"
+    if not parts.hostname:
+        return f"{url!r} names no host"
+    return None
+
+
+def http_url(text: str) -> str:
+    problem = url_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+http_url.__name__ = "URL"
+
+
+def api_key_problem(key: str) -> str | None:
+    """Why ``key`` cannot travel in an ``Authorization: Bearer`` header, or None.
+
+    A bearer token is printable ASCII without spaces (RFC 6750 section 2.1's b64token is narrower);
+    a non-ASCII key fails in the HTTP client's header encoding (UnicodeEncodeError), and one with a
+    newline is refused by it as a malformed header, which looked like a network failure."""
+    if not key.isascii():
+        return "holds a non-ASCII character, which no HTTP header carries; copy the key again"
+    if any(ord(c) < 33 or ord(c) == 127 for c in key):
+        return "holds a space, a newline or a control character; copy the key again (without the newline)"
+    return None

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import httpx
 
-from qwen36.errors import QwenError
+from qwen36.errors import Exit, QwenError
 from qwen36.health import DEFAULT_POLL_S, HEARTBEAT_S, Observation, error_message
 
 DOOR_BOUND_S = 180.0
@@ -106,7 +106,9 @@ def wait_door(
                 emit(summary)
                 return summary
             if seen.failed:
-                raise DoorUnreachable(f"the server serves, but {door_url}: {seen.detail}")
+                # Only a refusal (401, 403) ends the look at once: the key or the invoker check,
+                # which the exit-code table calls "refused" (6), not "failed" (1).
+                raise DoorUnreachable(f"the server serves, but {door_url}: {seen.detail}", Exit.DENIED)
             if last is None or (seen.state, seen.detail) != (last.state, last.detail):
                 emit(f"door {seen.state}" + (f" ({seen.detail})" if seen.detail else ""))
                 said_at = now

@@ -99,27 +99,21 @@ def stack_bucket(stack: str) -> str:
 
 
 def load_stack_config(stack: str, project_dir: Path) -> StackConfig:
-    import yaml
-
     from infra.config import PROJECT, ConfigError, parse_config
+    from qwen36.stack_file import read_config
 
     if not project_dir.is_dir():
         raise UsageError(f"--project-dir {project_dir}: not a directory (the folder holding Pulumi.yaml)")
     path = project_dir / f"Pulumi.{stack}.yaml"
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = read_config(path)
     except FileNotFoundError:
         raise StageError(
             f"no {path.name} in {project_dir}: is {stack!r} a stack of this project?", Exit.NOT_FOUND
         ) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise StageError(f"cannot read {path}: {exc}", Exit.CONFIG) from None
-    except yaml.YAMLError as exc:
-        raise StageError(f"{path.name} is not valid YAML: {exc}", Exit.CONFIG) from None
-    raw = document.get("config") if isinstance(document, dict) else None
-    if not isinstance(raw or {}, dict):
-        raise StageError(f"{path.name}: its 'config' is not a mapping of keys to values", Exit.CONFIG)
-    ours = {key: value for key, value in (raw or {}).items() if str(key).startswith(f"{PROJECT}:")}
+    ours = {key: value for key, value in raw.items() if str(key).startswith(f"{PROJECT}:")}
     try:
         return parse_config(ours)
     except ConfigError as exc:

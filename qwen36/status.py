@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from infra import boot_protocol
+from infra.config_rules import check_project_id, check_rfc1035
+from qwen36.argtypes import api_key_problem, http_url, url_problem
 from qwen36.errors import (
     ApiError,
     Exit,
@@ -81,9 +85,15 @@ def stack_outputs(stack: str) -> dict[str, Any]:
     try:
         outputs = json.loads(stdout or "{}")
     except json.JSONDecodeError:
-        raise StatusError(f"`pulumi stack output --json --stack {stack}` did not print JSON") from None
+        raise NotFoundError(
+            f"`pulumi stack output --json --stack {stack}` did not print JSON; check the stack "
+            f"(`pulumi stack ls`), or {INSTEAD}"
+        ) from None
     if not isinstance(outputs, dict):
-        raise StatusError(f"`pulumi stack output --json --stack {stack}` printed {type(outputs).__name__}")
+        raise NotFoundError(
+            f"`pulumi stack output --json --stack {stack}` printed a {type(outputs).__name__}, not the "
+            f"outputs' mapping; check the stack, or {INSTEAD}"
+        )
     return outputs
 
 
@@ -94,34 +104,92 @@ def where_from(args: argparse.Namespace) -> Where:
         if not isinstance(spec, dict):
             raise NotFoundError(f"stack {args.stack} has no {STACK_OUTPUT!r} output; run `pulumi up` first")
         urls = {k: str(outputs[k]) for k in ("webUiUrl", "apiBaseUrl") if outputs.get(k)}
-        try:
-            return Where(
-                project=str(spec["project"]),
-                region=str(spec["region"]),
-                group=str(spec["group"]),
-                size=int(spec.get("size", 1)),
-                url=spec.get("url") or None,
-                timeout_minutes=float(spec.get("timeoutMinutes", 20)),
-                urls=urls,
-                api_key=os.environ.get(API_KEY_ENV) or outputs.get("apiKey") or None,
-            )
-        except (KeyError, TypeError, ValueError) as exc:
+        missing = [key for key in ("project", "region", "group") if key not in spec]
+        if missing:
             raise NotFoundError(
-                f"stack {args.stack}'s {STACK_OUTPUT!r} output lacks {exc} (an older program?); "
-                "run `pulumi up`, or pass --project, --region and --group"
-            ) from None
+                f"stack {args.stack}'s {STACK_OUTPUT!r} output lacks {', '.join(missing)} (an older "
+                "program?); run `pulumi up`, or pass --project, --region and --group"
+            )
+        source = f"stack {args.stack}'s {STACK_OUTPUT!r} output"
+        key = os.environ.get(API_KEY_ENV) or outputs.get("apiKey") or None
+        return checked_where(
+            Where(
+                project=spec["project"],
+                region=spec["region"],
+                group=spec["group"],
+                size=spec.get("size", 1),
+                url=spec.get("url") or None,
+                timeout_minutes=spec.get("timeoutMinutes", 20),
+                urls=urls,
+                api_key=key if isinstance(key, str) else None,
+            ),
+            source,
+        )
     missing = [f"--{name}" for name in ("project", "region", "group") if not getattr(args, name)]
     if missing:
         raise UsageError(f"give --stack, or {', '.join(missing)}")
-    return Where(
-        project=args.project,
-        region=args.region,
-        group=args.group,
-        size=getattr(args, "size", 1),
-        url=getattr(args, "url", None),
-        timeout_minutes=getattr(args, "timeout_minutes", 20),
-        api_key=os.environ.get(API_KEY_ENV) or None,
+    return checked_where(
+        Where(
+            project=args.project,
+            region=args.region,
+            group=args.group,
+            size=getattr(args, "size", 1),
+            url=getattr(args, "url", None),
+            timeout_minutes=getattr(args, "timeout_minutes", 20),
+            api_key=os.environ.get(API_KEY_ENV) or None,
+        ),
+        "the flags",
     )
+
+
+# What a wake may ask of the group, whoever names it: the program's own bounds (infra/config.py
+# MAX_REPLICAS, wait's MAX_TIMEOUT_MINUTES). Stack outputs are data from elsewhere (a hand-edited
+# state, an older program): `autostop.size` 100 would have resized the group to 100 servers.
+MAX_WAKE_SIZE = 8
+MAX_WAKE_MINUTES = 24 * 60
+_REGION_RE = re.compile(r"[a-z]+-[a-z]+[0-9]+")
+
+
+def checked_where(where: Where, source: str) -> Where:
+    """``where`` with every value checked against the rule GCE or the program holds it to; a bad one
+    is a NotFoundError (a stack output) or a UsageError (a flag) naming it."""
+    error: type[QwenError] = UsageError if source == "the flags" else NotFoundError
+    fix = "fix the flag" if error is UsageError else "run `pulumi up` to export it again, or pass the flags"
+
+    def bad(name: str, value: object, why: str) -> QwenError:
+        return error(f"{source}: {name} {value!r} {why}; {fix}")
+
+    for name, value in (("project", where.project), ("region", where.region), ("group", where.group)):
+        if not isinstance(value, str):
+            raise bad(name, value, "is not a name")
+    try:
+        check_project_id(where.project, new_project_rules=False)
+    except ValueError as exc:
+        raise bad("project", where.project, str(exc)) from None
+    if not _REGION_RE.fullmatch(where.region):
+        raise bad("region", where.region, "is not a region name such as us-central1")
+    try:
+        check_rfc1035(where.group, "a group name")
+    except ValueError as exc:
+        raise bad("group", where.group, str(exc)) from None
+    size, minutes = where.size, where.timeout_minutes
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_WAKE_SIZE:
+        raise bad("size", size, f"is not a whole number of servers from 1 to {MAX_WAKE_SIZE}")
+    if (
+        isinstance(minutes, bool)
+        or not isinstance(minutes, int | float)
+        or not math.isfinite(minutes)
+        or not 0 < minutes <= MAX_WAKE_MINUTES
+    ):
+        raise bad("timeoutMinutes", minutes, f"is not a number of minutes in (0, {MAX_WAKE_MINUTES}]")
+    if where.url is not None and (not isinstance(where.url, str) or url_problem(where.url)):
+        raise bad("url", where.url, "is not an http:// or https:// URL")
+    for name, value in where.urls.items():
+        if url_problem(value):
+            raise bad(name, value, "is not an http:// or https:// URL")
+    if where.api_key is not None and api_key_problem(where.api_key):
+        raise bad("apiKey", "…", f"(the API key) {api_key_problem(where.api_key)}")
+    return replace(where, timeout_minutes=float(minutes))
 
 
 class GroupApi:
@@ -319,7 +387,7 @@ def add_group_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--project")
     parser.add_argument("--region")
     parser.add_argument("--group", help="the managed instance group's name (the deployment name)")
-    parser.add_argument("--compute-endpoint", help=argparse.SUPPRESS)
+    parser.add_argument("--compute-endpoint", type=http_url, help=argparse.SUPPRESS)
     parser.add_argument("--anonymous", action="store_true", help=argparse.SUPPRESS)
 
 

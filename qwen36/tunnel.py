@@ -17,7 +17,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 
-from qwen36.argtypes import port
+from qwen36.argtypes import http_url, port
 from qwen36.errors import Exit, MissingToolError, NotFoundError, QwenError, UsageError
 from qwen36.pulumi_cli import pulumi_stdout
 
@@ -34,7 +34,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stack", help="read the three values above from this Pulumi stack")
     parser.add_argument("--print", action="store_true", help="print the gcloud command instead of running it")
     parser.add_argument(
-        "--compute-endpoint", help="Compute API endpoint override (a local stand-in in tests)"
+        "--compute-endpoint", type=http_url, help="Compute API endpoint override (a local stand-in in tests)"
     )
     parser.add_argument("--anonymous", action="store_true", help="no credentials (only for a local stand-in)")
 

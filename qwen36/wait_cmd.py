@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import time
 
-from qwen36.argtypes import positive_float
+from qwen36.argtypes import api_key_problem, bounded_float, http_url
 from qwen36.errors import QwenError, UsageError, as_error
 
 API_KEY_ENV = "QWEN36_API_KEY"
@@ -20,6 +21,8 @@ DEFAULT_POLL_S = 5.0
 DEFAULT_HEARTBEAT_S = 30.0
 # The gate's own bound (infra/config.py healthTimeoutMinutes allows 1-120); a wait is never unbounded.
 MAX_TIMEOUT_MINUTES = 24 * 60
+# A pause between looks longer than an hour would outlast any wait worth making.
+MAX_PAUSE_S = 3600.0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,21 +32,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
     parser.add_argument("--mode", choices=MODES, required=True)
-    parser.add_argument("--url", help="http mode: the server's base URL, e.g. http://203.0.113.7:8080")
+    parser.add_argument(
+        "--url", type=http_url, help="http mode: the server's base URL, e.g. http://203.0.113.7:8080"
+    )
     parser.add_argument("--project", required=True)
     parser.add_argument("--region", help="the server group's region")
     parser.add_argument("--group", help="the regional managed instance group's name")
     parser.add_argument("--zone", help="with --instance: wait on one plain VM (the tooling image's builder)")
     parser.add_argument("--instance", help="with --zone: the plain VM's name")
     parser.add_argument(
-        "--door-url", help="once the group serves, the front door's URL must reach it (qwen36/door_probe.py)"
+        "--door-url",
+        type=http_url,
+        help="once the group serves, the front door's URL must reach it (qwen36/door_probe.py)",
     )
     parser.add_argument("--door-service", help="with --door-url: the door's Cloud Run service, for its logs")
-    parser.add_argument("--timeout-minutes", type=positive_float, required=True)
-    parser.add_argument("--poll-seconds", type=positive_float, default=DEFAULT_POLL_S)
-    parser.add_argument("--heartbeat-seconds", type=positive_float, default=DEFAULT_HEARTBEAT_S)
+    parser.add_argument("--timeout-minutes", type=bounded_float(MAX_TIMEOUT_MINUTES), required=True)
+    parser.add_argument("--poll-seconds", type=bounded_float(MAX_PAUSE_S), default=DEFAULT_POLL_S)
+    parser.add_argument("--heartbeat-seconds", type=bounded_float(MAX_PAUSE_S), default=DEFAULT_HEARTBEAT_S)
     parser.add_argument(
-        "--compute-endpoint", help="Compute API endpoint override (a local stand-in in tests)"
+        "--compute-endpoint", type=http_url, help="Compute API endpoint override (a local stand-in in tests)"
     )
     parser.add_argument(
         "--anonymous", action="store_true", help="no credentials (only for a local Compute API stand-in)"
@@ -63,10 +70,12 @@ def check(args: argparse.Namespace) -> None:
             raise UsageError(
                 f"--door-url needs the API key in {API_KEY_ENV}: the door admits nothing without it"
             )
+    key = os.environ.get(API_KEY_ENV)
+    problem = api_key_problem(key) if key else None
+    if problem:
+        raise UsageError(f"the API key in {API_KEY_ENV} {problem}")
     if not (args.region and args.group) and not (args.zone and args.instance):
         raise UsageError("needs --region and --group (a server group), or --zone and --instance")
-    if args.timeout_minutes > MAX_TIMEOUT_MINUTES:
-        raise UsageError(f"--timeout-minutes {args.timeout_minutes:g}: at most {MAX_TIMEOUT_MINUTES}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         vm = Target(project=args.project, zone=args.zone, instance=args.instance)
         group = GroupTarget(project=args.project, region=args.zone.rsplit("-", 1)[0], group=args.instance)
         reader = SingleVmReader(reader, vm) if reader is not None else None
+    started = time.monotonic()
     try:
         ready = wait_ready(
             settings=WaitSettings(
@@ -113,16 +123,20 @@ def run(args: argparse.Namespace) -> int:
     except WaitFailed as exc:
         raise exc.reported() from None
     if args.door_url is not None:
-        from qwen36.door_probe import wait_door
+        from qwen36.door_probe import DOOR_BOUND_S, wait_door
 
         logs = ""
         if args.door_service and args.region:
             where = ["--region", args.region, "--project", args.project]
             logs = shlex.join(["gcloud", "run", "services", "logs", "read", args.door_service, *where])
+        # The door's look shares --timeout-minutes with the wait before it (issue 29: it took its
+        # own 180 s however short the timeout).
+        left_s = args.timeout_minutes * 60 - (time.monotonic() - started)
         wait_door(
             args.door_url,
             os.environ[API_KEY_ENV],
             server_stopped=ready.stopped,
+            bound_s=max(1.0, min(DOOR_BOUND_S, left_s)),
             poll_s=args.poll_seconds,
             heartbeat_s=args.heartbeat_seconds,
             logs_command=logs,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from qwen36.argtypes import int_range, positive_float
+from qwen36.argtypes import bounded_float, http_url, int_range
 from qwen36.errors import Exit, QwenError
 from qwen36.group import Member
 from qwen36.status import GroupApi, StatusError, Where, add_group_arguments, where_from
@@ -21,6 +21,9 @@ DEFAULT_TIMEOUT_MINUTES = 20.0
 MEMBER_POLL_S = 5.0
 # infra/config.py's MAX_REPLICAS: a wake never asks for more servers than a stack may have.
 MAX_SIZE = 8
+# The gate's own bound (qwen36/wait_cmd.py MAX_TIMEOUT_MINUTES).
+MAX_TIMEOUT_MINUTES = 24 * 60
+MAX_POLL_S = 3600.0
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,9 +39,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=1,
         help=f"members to bring back, 1-{MAX_SIZE} (the stack's replicas)",
     )
-    parser.add_argument("--url", help="the server's base URL when this machine reaches it over HTTP")
-    parser.add_argument("--timeout-minutes", type=positive_float, default=DEFAULT_TIMEOUT_MINUTES)
-    parser.add_argument("--poll-seconds", type=positive_float, default=MEMBER_POLL_S, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--url", type=http_url, help="the server's base URL when this machine reaches it over HTTP"
+    )
+    parser.add_argument(
+        "--timeout-minutes", type=bounded_float(MAX_TIMEOUT_MINUTES), default=DEFAULT_TIMEOUT_MINUTES
+    )
+    parser.add_argument(
+        "--poll-seconds", type=bounded_float(MAX_POLL_S), default=MEMBER_POLL_S, help=argparse.SUPPRESS
+    )
     parser.set_defaults(func=run)
 
 

@@ -39,11 +39,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def read_stack_file(path: Path) -> dict[str, Any]:
-    import yaml
+    from qwen36.stack_file import read_config
 
-    document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    config = document.get("config") if isinstance(document, dict) else None
-    return dict(config) if isinstance(config, dict) else {}
+    return read_config(path)
 
 
 def credentials() -> tuple[Any, str | None, Fact]:

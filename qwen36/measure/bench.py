@@ -17,6 +17,8 @@ ways in tests/measure/test_bench_server.py.
 
 from __future__ import annotations
 
+import math
+import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -79,6 +81,12 @@ class WorkloadResult:
         return drafts[0] / drafts[1]
 
 
+# One sample of the Prometheus text format: a metric name, optional labels (whose quoted values
+# may hold spaces and escaped quotes), the value and an optional timestamp.
+# https://prometheus.io/docs/instrumenting/exposition_formats/#text-format-details
+_SAMPLE = re.compile(
+    r'(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?\s+(?P<value>\S+)(?:\s+-?\d+)?'
+)
 # llama-server's /metrics counters (tools/server, --metrics) behind the server's own figures.
 SERVER_COUNTERS = {
     "drafted": "llamacpp:spec_decode_num_draft_tokens_total",
@@ -97,12 +105,20 @@ class ServerCounters:
 
     @classmethod
     def parse(cls, text: str) -> ServerCounters | None:
-        """The counters from Prometheus text; None without the decode ones (no --metrics)."""
+        """The counters from Prometheus text; None without the decode ones (no --metrics), or where
+        the text is not the exposition format at all (an HTML page, a proxy's junk)."""
         values: dict[str, float] = {}
         for line in text.splitlines():
-            name, _, rest = line.partition(" ")
-            if rest and not line.startswith("#"):
-                values[name] = float(rest.split()[0])
+            sample = _SAMPLE.fullmatch(line.strip())
+            if sample is None:
+                continue
+            try:
+                value = float(sample["value"])
+            except ValueError:
+                continue
+            # A counter is finite and never negative; anything else is not llama-server's.
+            if math.isfinite(value) and value >= 0:
+                values[sample["name"]] = value
         if SERVER_COUNTERS["tokens"] not in values or SERVER_COUNTERS["seconds"] not in values:
             return None
         return cls(**{field: values.get(name, 0.0) for field, name in SERVER_COUNTERS.items()})

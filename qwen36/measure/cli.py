@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qwen36.argtypes import positive_float, writable_file
+from qwen36.argtypes import bounded_float, http_url, writable_file
 from qwen36.errors import (
     ConfigFileError,
     DeniedError,
@@ -60,6 +60,8 @@ SWEEPS = ("n-max", "p-min", "parallel", "ctx", "fusion", "calibrate")
 # fusion (GGML_CUDA_DISABLE_FUSION) matters on CUDA only: asked for by name, not part of the default.
 DEFAULT_SWEEPS = ("n-max", "p-min", "parallel", "ctx")
 _SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+# One day: any wait or run longer is a typo, and 1e300 s overflows the clock (OverflowError).
+MAX_SECONDS = 86400.0
 
 
 def _stdout() -> Console:
@@ -114,6 +116,13 @@ def _positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse
 
 
+def _key_value(text: str) -> str:
+    key, sep, _ = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: give KEY=VALUE, e.g. --set threads=2")
+    return text
+
+
 def _size(text: str) -> int:
     unit = text[-1:].upper() if text[-1:].upper() in _SIZE_UNITS else ""
     number = text[:-1] if unit else text
@@ -133,7 +142,10 @@ def _add_endpoint(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", help=f"bearer key (env {API_KEY_ENV}; default: stack output apiKey)")
     parser.add_argument("--stack", help="Pulumi stack to read outputs from (default: the selected one)")
     parser.add_argument(
-        "--timeout", type=positive_float, default=DEFAULT_REQUEST_TIMEOUT_S, help="seconds per request"
+        "--timeout",
+        type=bounded_float(MAX_SECONDS),
+        default=DEFAULT_REQUEST_TIMEOUT_S,
+        help="seconds per request",
     )
 
 
@@ -308,7 +320,9 @@ def register(subparsers: Any) -> None:
     )
     load.add_argument("--requests", type=_positive(int), help="stop after this many requests")
     load.add_argument(
-        "--duration", type=positive_float, help="stop sending new requests after this many seconds"
+        "--duration",
+        type=bounded_float(MAX_SECONDS),
+        help="stop sending new requests after this many seconds (the first is always sent)",
     )
     load.add_argument(
         "--max-tokens", type=_positive(int), default=DEFAULT_LOAD_MAX_TOKENS, help="new tokens per request"
@@ -323,9 +337,13 @@ def register(subparsers: Any) -> None:
     fleet.add_argument("--region", help="the group's region")
     fleet.add_argument("--project", help="the group's Google Cloud project")
     fleet.add_argument(
-        "--servers-poll", type=positive_float, default=DEFAULT_SERVERS_POLL_S, help="seconds between counts"
+        "--servers-poll",
+        type=bounded_float(MAX_SECONDS),
+        default=DEFAULT_SERVERS_POLL_S,
+        help="seconds between counts",
     )
-    fleet.add_argument("--compute-endpoint", help=argparse.SUPPRESS)  # a local Compute API stand-in
+    # A local Compute API stand-in.
+    fleet.add_argument("--compute-endpoint", type=http_url, help=argparse.SUPPRESS)
     fleet.add_argument("--anonymous", action="store_true", help=argparse.SUPPRESS)
     _add_output(load)
     load.set_defaults(func=cmd_load, check=_check_load)
@@ -347,7 +365,12 @@ def register(subparsers: Any) -> None:
     tune.add_argument("--api-key", help="local: start the server with this API key")
     tune.add_argument("--config", type=Path, help="a Pulumi.<stack>.yaml to start from")
     tune.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="config override (camelCase)"
+        "--set",
+        action="append",
+        default=[],
+        type=_key_value,
+        metavar="KEY=VALUE",
+        help="config override (camelCase)",
     )
     tune.add_argument(
         "--sweep",
@@ -364,12 +387,14 @@ def register(subparsers: Any) -> None:
     tune.add_argument("--reps", type=_positive(int), default=DEFAULT_TUNE_REPS)
     tune.add_argument("--max-tokens", type=_positive(int), default=DEFAULT_MAX_TOKENS)
     tune.add_argument("--workloads", type=_csv(str))
-    tune.add_argument("--timeout", type=positive_float, default=DEFAULT_REQUEST_TIMEOUT_S)
+    tune.add_argument("--timeout", type=bounded_float(MAX_SECONDS), default=DEFAULT_REQUEST_TIMEOUT_S)
     _add_output(tune, markdown=False)
     cal = tune.add_argument_group(
         "calibrate", "--sweep calibrate: the boot's own calibration (startup/calibrate.py), run here"
     )
-    cal.add_argument("--budget", type=positive_float, help="seconds (default: the boot's bound, 120)")
+    cal.add_argument(
+        "--budget", type=bounded_float(MAX_SECONDS), help="seconds (default: the boot's bound, 120)"
+    )
     cal.add_argument(
         "--write-verdict", action="store_true", help="store the result as the bucket's verdict for every boot"
     )
@@ -447,7 +472,8 @@ def cmd_load(args: argparse.Namespace) -> int:
                 f"cannot read the group through the Compute API ({known.message}); run without --group",
                 known.exit_code,
             ) from exc
-    # A duration-bound run has no known total: the bar then just pulses.
+    # A duration-bound run has no known total: the bar then just pulses. The first request is sent
+    # whatever the duration (qwen36/measure/load.py), so a tiny --duration still measures something.
     with _progress(args.requests, enabled=True) as advance:
         result = run_load(
             endpoint.url, endpoint.api_key, clients=args.clients, requests=args.requests,
@@ -476,29 +502,22 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 
 def _read_stack_file(path: Path) -> dict[str, Any]:
-    import yaml
+    from qwen36.stack_file import read_config
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigFileError(f"{path} is not valid YAML ({exc})") from None
-    except (OSError, UnicodeDecodeError) as exc:
+        raw = read_config(path)
+    except OSError as exc:
         raise ConfigFileError(f"cannot read {path} ({exc})") from None
-    raw = data.get("config", {}) if isinstance(data, dict) else {}
-    if not isinstance(raw, dict):
-        raise ConfigFileError(f"{path}: its 'config' is not a mapping of keys to values")
     # Secrets ({"secure": ...}) are ciphertext here and none of them sets a server flag.
     return {k: v for k, v in raw.items() if not isinstance(v, dict)}
 
 
 def base_config(config_file: Path | None, overrides: list[str]) -> StackConfig:
-    from infra.config import ConfigError, parse_config
+    from infra.config import parse_config
 
     raw: dict[str, Any] = _read_stack_file(config_file) if config_file else {}
     for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(key, "--set needs KEY=VALUE, e.g. --set threads=2")
+        key, _, value = item.partition("=")
         raw[key if ":" in key else f"qwen36-mtp-l4:{key}"] = value
     return parse_config(raw)
 

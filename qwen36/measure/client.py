@@ -93,7 +93,7 @@ def parse_completion(payload: Any, wall_s: float) -> Completion:
     except (TypeError, ValueError, OverflowError):
         raise EndpointError(
             BAD_RESPONSE,
-            f"the server's 'timings' are not numbers ({json.dumps(timings, default=str)[:160]}): "
+            f"the server's 'timings' are not positive numbers ({json.dumps(timings, default=str)[:160]}): "
             "point --url at a llama-server",
         ) from None
 
@@ -103,6 +103,13 @@ def _completion(timings: dict[str, Any], wall_s: float) -> Completion:
     accepted = timings.get("draft_n_accepted")
     predicted_n = int(timings.get("predicted_n", 0))
     rate = _finite(timings["predicted_per_second"])
+    # A decode that made no token, or in no or negative time, measures nothing (issue 29: bench
+    # printed -5.0 and 0.0 tok/s from such timings).
+    if rate <= 0 or predicted_n <= 0 or float(timings.get("predicted_ms", 1.0)) <= 0:
+        raise ValueError(timings)
+    for name in ("prompt_n", "prompt_per_second", "draft_n", "draft_n_accepted"):
+        if float(timings.get(name) or 0) < 0:
+            raise ValueError(timings)
     # predicted_ms is in every llama-server's timings; derived from the rate should one lack it.
     fallback_ms = predicted_n / rate * 1000.0 if rate > 0 else 0.0
     return Completion(

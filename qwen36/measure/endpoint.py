@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from qwen36.argtypes import api_key_problem
 from qwen36.errors import Exit, QwenError
 
 URL_ENV = "QWEN36_URL"
@@ -107,6 +108,8 @@ def resolve(
 ) -> Endpoint:
     env = os.environ if environ is None else environ
     key = api_key or env.get(API_KEY_ENV) or None
+    if key is not None:
+        check_key(key, "--api-key" if api_key else API_KEY_ENV)
     if url:
         return Endpoint(check_url(url, "--url"), key, "--url")
     if env.get(URL_ENV):
@@ -124,8 +127,13 @@ def resolve(
             "the stack has no apiBaseUrl output yet: run `pulumi up` first, or pass --url", Exit.NOT_FOUND
         )
     stack_key = outputs.get(KEY_OUTPUT)
-    return Endpoint(
-        check_url(found, "the stack's apiBaseUrl output"),
-        key or (str(stack_key) if stack_key else None),
-        "pulumi stack output",
-    )
+    if key is None and stack_key:
+        key = check_key(str(stack_key), "the stack's apiKey output")
+    return Endpoint(check_url(found, "the stack's apiBaseUrl output"), key, "pulumi stack output")
+
+
+def check_key(key: str, source: str) -> str:
+    problem = api_key_problem(key)
+    if problem:
+        raise EndpointConfigError(f"the API key from {source} {problem}")
+    return key

@@ -161,7 +161,9 @@ class _Run:
         limit = self.result.request_limit
         if limit is not None and self.result.sent >= limit:
             return None
-        if self.deadline is not None and time.monotonic() >= self.deadline:
+        # The first request goes out whatever the deadline: a run of none measures nothing (issue 29:
+        # --duration 1e-9 reported an empty table and exit 0).
+        if self.deadline is not None and self.result.sent > 0 and time.monotonic() >= self.deadline:
             return None
         index = self.result.sent
         self.result.sent += 1
