@@ -72,8 +72,9 @@ FIT_SPARE_MIB = 256
 # flags"), so a larger value is refused rather than guessed: nothing measured says it fits.
 MEASURED_UBATCH = 64
 MEASURED_BATCH = 512
-# The default model's file, whose real size the fit uses whatever modelSizeBytes says (a pin that
-# disagrees by more than this share cannot be that file's size: stage checks the bytes anyway).
+# The default model's file, whose real size the fit and the disk use whatever a smaller
+# modelSizeBytes says; `stage` refuses a file further than this share from it where nothing else
+# (a pin, the hub) can tell.
 DEFAULT_MODEL = ("unsloth/Qwen3.6-35B-A3B-MTP-GGUF", "Qwen3.6-35B-A3B-UD-Q4_K_XL.gguf")
 DEFAULT_MODEL_SIZE_TOLERANCE = 0.10
 
@@ -344,7 +345,6 @@ class StackConfig(BaseModel):
                     f"micro-batch) was measured only up to ubatchSize {MEASURED_UBATCH} and batchSize "
                     f"{MEASURED_BATCH}; use at most {measured}",
                 )
-        self._default_model_size_check()
         if self.degraded_ctx_size > self.ctx_size:
             raise _FieldError("degraded_ctx_size", f"must not exceed ctxSize ({self.ctx_size})")
         if self.threads > self.vcpus:
@@ -420,17 +420,6 @@ class StackConfig(BaseModel):
                 "api_key",
                 f"without an API key the endpoint serves whoever reaches it, and {who} can; set "
                 "exposeWithoutApiKey: true to mean it, or keep apiKey: true",
-            )
-
-    def _default_model_size_check(self) -> None:
-        if not self.default_model or not self.model_size_bytes:
-            return
-        off = abs(self.model_size_bytes - NOMINAL_MODEL_BYTES)
-        if off > DEFAULT_MODEL_SIZE_TOLERANCE * NOMINAL_MODEL_BYTES:
-            raise _FieldError(
-                "model_size_bytes",
-                f"the default model ({DEFAULT_MODEL[1]}) is about {NOMINAL_MODEL_BYTES / 1e9:.1f} GB; pin "
-                "its real size, or 0 to take the hub's",
             )
 
     def _fit_check(self) -> None:
@@ -511,12 +500,15 @@ class StackConfig(BaseModel):
 
     @property
     def fit_model_bytes(self) -> int:
-        """The model's size for the L4 fit: the default model's own, else modelSizeBytes (or the nominal)."""
-        return NOMINAL_MODEL_BYTES if self.default_model else self.model_bytes_for_sizing
+        """The model's size for the L4 fit and the disk: modelSizeBytes (or the nominal), but never less
+        than the default model's own size for the default model (issue 29: modelSizeBytes 1 let
+        ctxSize 262144 through for the 23 GB file)."""
+        pinned = self.model_bytes_for_sizing
+        return max(pinned, NOMINAL_MODEL_BYTES) if self.default_model else pinned
 
     @property
     def min_boot_disk_gb(self) -> int:
-        model_gb = math.ceil(self.model_bytes_for_sizing / GIB)
+        model_gb = math.ceil(self.fit_model_bytes / GIB)
         return BOOT_DISK_BASE_GB + SERVER_IMAGE_GB + DISK_HEADROOM_GB + model_gb
 
     @property

@@ -70,7 +70,8 @@ class _Reader:
 
 
 def architecture(path: Path) -> str:
-    """``general.architecture`` of the GGUF at ``path``; NotGguf when it is not one."""
+    """``general.architecture`` of the GGUF at ``path``; NotGguf when it is not one, or when it
+    holds no tensor (a header alone is no model: issue 29 staged a 73-byte one)."""
     with path.open("rb") as handle:
         reader = _Reader(handle)
         magic = handle.read(4)
@@ -80,7 +81,8 @@ def architecture(path: Path) -> str:
         version = reader.u32()
         if version not in (2, 3):
             raise NotGguf(f"GGUF version {version} (llama.cpp reads 2 and 3)")
-        reader.u64()  # tensor count
+        if reader.u64() == 0:
+            raise NotGguf("its header lists no tensor: a header alone, not a model")
         pairs = reader.u64()
         for _ in range(pairs):
             key = reader.string()

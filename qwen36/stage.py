@@ -26,6 +26,7 @@ import base64
 import hashlib
 import importlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -288,6 +289,7 @@ def _check_against_hub(cfg: StackConfig, path: Path, size: int, sha256: str, say
         hub_sha, hub_size = _hub_expectation(cfg)
     except StageError as exc:
         if exc.exit_code == Exit.UNREACHABLE:
+            _check_default_model_size(cfg, path, size, force)
             say(f"cannot compare {path} with the hub's {label} ({exc.message}); staging its own sha256")
             return
         if force:
@@ -339,6 +341,22 @@ def _local_source(
     if not expected:
         _check_against_hub(cfg, path, size, actual, say, force)
     return path, actual, size, crc32c
+
+
+def _check_default_model_size(cfg: StackConfig, path: Path, size: int, force: bool) -> None:
+    """Where nothing pins the file and the hub cannot be asked, the default model's known size
+    (infra/config.py NOMINAL_MODEL_BYTES) is the last check: a file far from it is not that model
+    (issue 29: a 73-byte GGUF went up as it, exit 0)."""
+    from infra.config import DEFAULT_MODEL_SIZE_TOLERANCE, NOMINAL_MODEL_BYTES
+
+    if not cfg.default_model or cfg.model_size_bytes or force:
+        return
+    if abs(size - NOMINAL_MODEL_BYTES) > DEFAULT_MODEL_SIZE_TOLERANCE * NOMINAL_MODEL_BYTES:
+        raise StageError(
+            f"{path} has {size} bytes; the default model {cfg.model_file} has about "
+            f"{NOMINAL_MODEL_BYTES / 1e9:.1f} GB, so this is not it; stage that file, or pass --force",
+            EXIT_VERIFY,
+        )
 
 
 def _hash_file(path: Path, progress: Progress | None, label: str) -> tuple[str, str]:
@@ -402,6 +420,48 @@ def _progress() -> Progress:
 # ------------------------------------------------------------------------------------------- CLI
 
 
+# Bucket names: 3-63 characters (222 with dots, 63 a part) of lowercase letters, digits, '-', '_'
+# and '.', starting and ending with a letter or digit, not an IP address, never starting "goog".
+# https://cloud.google.com/storage/docs/buckets#naming
+_BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
+
+
+def bucket_name(text: str) -> str:
+    parts = text.split(".")
+    if (
+        not _BUCKET_RE.fullmatch(text)
+        or any(not 1 <= len(p) <= 63 for p in parts)
+        or ("." not in text and len(text) > 63)
+        or text.startswith("goog")
+        or re.fullmatch(r"[0-9.]+", text)
+    ):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a bucket name: 3-63 lowercase letters, digits, '-', '_' or '.', starting "
+            "and ending with a letter or digit (https://cloud.google.com/storage/docs/buckets#naming)"
+        )
+    return text
+
+
+def object_name(text: str) -> str:
+    """An object name the VM's path and `gcloud storage` take as it is: at most 1024 bytes, no control
+    character, no wildcard ('*?[]#'), no leading '/', no '.' or '..' part.
+    https://cloud.google.com/storage/docs/objects#naming"""
+    parts = text.split("/")
+    if (
+        not text
+        or len(text.encode("utf-8", "surrogatepass")) > 1024
+        or any(ord(c) < 32 or ord(c) == 127 or c in "*?[]#\\" for c in text)
+        or text.startswith("/")
+        or any(p in (".", "..", "") for p in parts)
+    ):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an object name for the model: a relative path such as "
+            "models/owner/name/file.gguf, without '.', '..' or empty parts, control characters or "
+            "wildcards (https://cloud.google.com/storage/docs/objects#naming)"
+        )
+    return text
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "stage",
@@ -412,8 +472,12 @@ def register(subparsers: Any) -> None:
     source.add_argument("--from-hf", action="store_true", help="download it from the hub first (default)")
     source.add_argument("--from-file", type=Path, metavar="PATH", help="upload a local GGUF instead")
     parser.add_argument("--stack", help="Pulumi stack (default: the selected one)")
-    parser.add_argument("--bucket", help="bucket name (default: `pulumi stack output modelBucket`)")
-    parser.add_argument("--object", help="object name (default: models/<modelRepo>/<modelFile>)")
+    parser.add_argument(
+        "--bucket", type=bucket_name, help="bucket name (default: `pulumi stack output modelBucket`)"
+    )
+    parser.add_argument(
+        "--object", type=object_name, help="object name (default: models/<modelRepo>/<modelFile>)"
+    )
     parser.add_argument("--project-dir", type=Path, default=Path.cwd(), help="where Pulumi.yaml lives")
     parser.add_argument("--cache-dir", type=Path, help="downloads and upload state (~/.cache/qwen36-mtp-l4)")
     parser.add_argument(

@@ -41,13 +41,13 @@ class Blob:
 
 
 def gguf_header(architecture: str = "qwen35moe") -> bytes:
-    """The start of a GGUF file: magic, version 3, no tensors, one metadata pair naming the
+    """The start of a GGUF file: magic, version 3, one tensor, one metadata pair naming the
     architecture (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md). ``stage`` reads no
     further than this, so the rest of a test file can be random."""
     key, value = b"general.architecture", architecture.encode()
     return (
         b"GGUF"
-        + struct.pack("<IQQ", 3, 0, 1)
+        + struct.pack("<IQQ", 3, 1, 1)
         + struct.pack("<Q", len(key))
         + key
         + struct.pack("<IQ", 8, len(value))

@@ -250,7 +250,10 @@ def test_bucket_comes_from_the_stack_output(
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
-    code, out = _stage(capsys, _project(tmp_path), "--from-file", str(small_file.path))
+    # A test file, not the default model: pinned by size, since no hub answers here (stage refuses a
+    # file far from the default model's size that nothing pins).
+    project = _project(tmp_path, modelSizeBytes=small_file.size)
+    code, out = _stage(capsys, project, "--from-file", str(small_file.path))
 
     assert code == 0, out
     assert calls.read_text().split() == ["stack", "output", "modelBucket", "--stack", STACK]
@@ -260,8 +263,8 @@ def test_bucket_comes_from_the_stack_output(
 def test_unknown_stack_and_bad_config_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     project = _project(tmp_path, modelSha256="not-a-sha")
 
-    code, out = _stage(capsys, project, "--bucket", "b")
-    missing = main(["stage", "--stack", "other", "--project-dir", str(project), "--bucket", "b"])
+    code, out = _stage(capsys, project, "--bucket", "bkt")
+    missing = main(["stage", "--stack", "other", "--project-dir", str(project), "--bucket", "bkt"])
     missing_out = capsys.readouterr().err
 
     assert code == Exit.CONFIG

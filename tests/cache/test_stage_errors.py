@@ -69,9 +69,9 @@ def test_gcs_unreachable_at_the_bucket_check(
     small_file: Blob, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{_closed_port()}")
-    code, out = _stage(capsys, _project(tmp_path), "--from-file", str(small_file.path), "--bucket", "b1")
+    code, out = _stage(capsys, _project(tmp_path), "--from-file", str(small_file.path), "--bucket", "bk1")
     assert code == Exit.UNREACHABLE
-    assert "stage: error: cannot reach GCS to check bucket gs://b1 (ConnectionError" in out
+    assert "stage: error: cannot reach GCS to check bucket gs://bk1 (ConnectionError" in out
     assert "check the network or proxy and rerun" in out
 
 
@@ -96,7 +96,7 @@ def test_a_connection_drop_mid_upload_says_rerun_to_resume(
     threading.Thread(target=cut, daemon=True).start()
     code, out = _stage(
         capsys,
-        _project(tmp_path),
+        _project(tmp_path, modelSizeBytes=small_file.size),  # no hub here: pinned by size
         "--from-file",
         str(small_file.path),
         "--bucket",
@@ -258,7 +258,7 @@ def test_an_unreachable_hub_is_one_line(gcs: Gcs, tmp_path: Path, capsys: pytest
 def test_a_project_dir_that_is_a_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     not_a_dir = tmp_path / "Pulumi.yaml"
     not_a_dir.write_text("name: x\n")
-    code, out = _stage(capsys, not_a_dir, "--bucket", "b")
+    code, out = _stage(capsys, not_a_dir, "--bucket", "bkt")
     assert code == Exit.USAGE
     assert out.strip() == (
         f"stage: error: --project-dir {not_a_dir}: not a directory (the folder holding Pulumi.yaml)"

@@ -194,7 +194,7 @@ def world(name: str, root: Path) -> Iterator[World]:
                 (bin_dir / "pulumi").write_text("#!/bin/sh\necho 'warning: not JSON'\n")
                 (bin_dir / "pulumi").chmod(0o755)
         if kind == "gcs":
-            # The real storage client against gcp-storage-emulator, with the bucket "b".
+            # The real storage client against gcp-storage-emulator, with the bucket "bkt".
             from gcp_storage_emulator.server import create_server
             from google.cloud import storage
 
@@ -206,7 +206,7 @@ def world(name: str, root: Path) -> Iterator[World]:
             previous = os.environ.get("STORAGE_EMULATOR_HOST")
             os.environ["STORAGE_EMULATOR_HOST"] = env["STORAGE_EMULATOR_HOST"]
             try:
-                storage.Client().create_bucket("b")
+                storage.Client().create_bucket("bkt")
             finally:
                 if previous is None:
                     os.environ.pop("STORAGE_EMULATOR_HOST", None)
@@ -550,21 +550,21 @@ def cases() -> list[Case]:
     add("tune --json dir", (*tune, "--json", "{dir}"), USAGE, "is a directory", "tune")
 
     # stage.
-    stage = ("stage", "--stack", "dev", "--project-dir", "{tmp}", "--bucket", "b", "--cache-dir", "{tmp}/c")
+    stage = ("stage", "--stack", "dev", "--project-dir", "{tmp}", "--bucket", "bkt", "--cache-dir", "{tmp}/c")
     for value in ("0", "-3", "abc", "99999"):
         add(f"stage --chunk-mib {value!r}", (*stage, "--chunk-mib", value), USAGE, "--chunk-mib", "project")
     add("stage both sources", (*stage, "--from-hf", "--from-file", "{file}"), USAGE, "not allowed", "project")
     add("stage from-file dir", (*stage, "--from-file", "{dir}"), 7, "cannot reach GCS", "project")
     add(
         "stage project-dir is a file",
-        ("stage", "--stack", "dev", "--project-dir", "{file}", "--bucket", "b"),
+        ("stage", "--stack", "dev", "--project-dir", "{file}", "--bucket", "bkt"),
         USAGE,
         "--project-dir",
         "project",
     )
     add(
         "stage unknown stack",
-        ("stage", "--stack", "nope", "--project-dir", "{tmp}", "--bucket", "b"),
+        ("stage", "--stack", "nope", "--project-dir", "{tmp}", "--bucket", "bkt"),
         8,
         "Pulumi.nope.yaml",
         "project",
@@ -580,7 +580,7 @@ def cases() -> list[Case]:
     )
     add(
         "stage no stack no pulumi",
-        ("stage", "--project-dir", "{tmp}", "--bucket", "b"),
+        ("stage", "--project-dir", "{tmp}", "--bucket", "bkt"),
         9,
         "Pulumi CLI",
         "project",

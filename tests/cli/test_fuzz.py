@@ -142,7 +142,7 @@ def test_any_stack_file_ends_in_an_exit_code_and_one_line(
     # one line and the code matter, not 10 s of retries against the closed port per example.
     monkeypatch.setattr(stage_gcs, "BUCKET_RETRY_DEADLINE_S", 0.2)
     code = main(
-        ["stage", "--stack", "fuzz", "--project-dir", str(project), "--bucket", "b", "--cache-dir",
+        ["stage", "--stack", "fuzz", "--project-dir", str(project), "--bucket", "bkt", "--cache-dir",
          str(project / "cache"), "--from-hf"]
     )  # fmt: skip
     captured = capsys.readouterr()

@@ -105,7 +105,6 @@ INVALID: dict[str, tuple[str, Any, str]] = {
     "repo-non-ascii": ("modelRepo", "ünsloth/model", "owner/name"),
     "cidr-netmask": ("sourceRanges", ["10.0.0.0/255.0.0.0"], "'10.0.0.0/8', not a netmask"),
     "cidr-hostmask": ("sourceRanges", ["10.0.0.0/0.255.255.255"], "not a netmask"),
-    "default-model-size-override": ("modelSizeBytes", 1, "about 23.0 GB"),
     "ubatch-never-measured": ("ubatchSize", 128, "measured only up to ubatchSize 64"),
     "batch-never-measured": ("batchSize", 1024, "measured only up to ubatchSize 64 and batchSize 512"),
 }
@@ -159,7 +158,7 @@ def test_invalid_value_names_key_value_and_what_is_allowed(case: str, as_cli_pas
             "replicas": 2,
             "sourceRanges": ["198.51.100.7/32"],
         },
-        {"modelSizeBytes": 20 * 1024**3, "bootDiskSizeGb": 80, "ctxSize": 8192},
+        {"modelFile": "smaller.gguf", "modelSizeBytes": 20 * 1024**3, "bootDiskSizeGb": 80, "ctxSize": 8192},
     ],
 )
 def test_valid_combinations_are_accepted(overrides: dict[str, Any]) -> None:
@@ -409,6 +408,9 @@ def test_ctx_size_that_cannot_fit_the_l4_is_refused_with_the_estimate() -> None:
     assert smaller.max_ctx_size > 100000
     # The default model is fitted at its own size, whatever modelSizeBytes claims (issue 29).
     assert StackConfig(model_size_bytes=22_000_000_000).max_ctx_size == StackConfig().max_ctx_size
+    err = _error({"ctxSize": 262144, "modelSizeBytes": 1})
+    assert err.key == f"{PROJECT}:ctxSize" and "beside a 23.0 GB model: at most 63744" in str(err)
+    assert StackConfig(model_size_bytes=1).min_boot_disk_gb == StackConfig().min_boot_disk_gb
     # n-max 3 costs 64 MiB more and the deployed ctx still fits (the facts' own reading).
     assert StackConfig(spec_draft_n_max=3).max_ctx_size >= 56320
 
