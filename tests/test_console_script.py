@@ -4,6 +4,7 @@ from a directory on PATH. Installed here into a throwaway venv, offline, and run
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from qwen36.__main__ import build_parser
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL_TIMEOUT_S = 240
 RUN_TIMEOUT_S = 60
+CALIBRATE_TIMEOUT_S = 240
 
 
 def test_pyproject_declares_the_command() -> None:
@@ -63,8 +65,35 @@ def test_deploy_installs_the_command_before_the_preflight_runs_in_its_venv(tmp_p
     assert (home / ".local" / "bin" / "qwen36").resolve() == (repo / ".venv" / "bin" / "qwen36").resolve()
 
 
+def subcommands() -> list[str]:
+    """Every command the parser offers (its subparsers' names)."""
+    parser = build_parser()
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return sorted(action.choices)
+
+
+def _qwen36(
+    argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float = RUN_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-c", 'qwen36 "$@"', "qwen36", *argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_every_command_is_listed() -> None:
+    assert set(subcommands()) >= {"check", "stage", "bench", "load", "tune", "wait", "tunnel", "ssh", "logs"}
+
+
 @pytest.mark.slow
-def test_install_cli_puts_a_working_qwen36_on_path(tmp_path: Path) -> None:
+def test_install_cli_puts_a_working_qwen36_on_path(
+    tmp_path: Path, llama_server_bin: Path, tiny_mtp_model: Path
+) -> None:
     venv = tmp_path / "venv"
     bin_dir = tmp_path / "bin"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=RUN_TIMEOUT_S)
@@ -98,18 +127,25 @@ def test_install_cli_puts_a_working_qwen36_on_path(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     shell = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)}
-    for argv, expected in ((["--help"], "usage: qwen36 "), (["wake", "--help"], "usage: qwen36 wake")):
-        run = subprocess.run(
-            ["bash", "-c", 'qwen36 "$@"', "qwen36", *argv],
-            cwd=elsewhere,
-            env=shell,
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-            check=False,
-        )
+    # Everything --help offers, each through the installed script (issue 29: `tune --sweep
+    # calibrate` imported `startup`, which the package did not hold).
+    helps = [(["--help"], "usage: qwen36 ")] + [
+        ([name, "--help"], f"usage: qwen36 {name}") for name in subcommands()
+    ]
+    for argv, expected in helps:
+        run = _qwen36(argv, cwd=elsewhere, env=shell)
         assert run.returncode == 0, run.stderr
         assert run.stdout.startswith(expected), run.stdout
+    # A representative run of the one command that reads another room: the boot's calibration,
+    # against the real pinned llama-server and the tiny model, from the installed command.
+    run = _qwen36(
+        ["tune", "--sweep", "calibrate", "--launcher", "local", "--server-bin", str(llama_server_bin),
+         "--model", str(tiny_mtp_model), "--set", "threads=1", "--max-tokens", "16", "--budget", "60",
+         "--gpu", "cpu", "none", "N/A"],
+        cwd=elsewhere, env=shell, timeout=CALIBRATE_TIMEOUT_S,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "winner: " in run.stdout and "internal error" not in run.stderr, run.stdout + run.stderr
     # The editable install runs this checkout's code.
     origin = subprocess.run(
         [str(venv / "bin" / "python"), "-c", "import qwen36; print(qwen36.__file__)"],
