@@ -186,6 +186,11 @@ class StackConfig(BaseModel):
     # billing all night. 0 turns it off.
     idle_stop_minutes: int = Field(default=DEFAULT_IDLE_STOP_MINUTES, ge=0, le=1440)
 
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str) -> str:
+        return rules.check_region(value)
+
     @field_validator("zones")
     @classmethod
     def _zone_shape(cls, zones: list[str]) -> list[str]:

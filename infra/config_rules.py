@@ -84,6 +84,18 @@ def check_project_id(value: str, *, new_project_rules: bool = True) -> str:
     return value
 
 
+# Regions are named <continent>-<area><number> (https://cloud.google.com/compute/docs/regions-zones).
+_REGION_RE = re.compile(r"[a-z]+-[a-z]+[0-9]+")
+
+
+def check_region(value: str) -> str:
+    if not _REGION_RE.fullmatch(value):
+        raise ValueError(
+            "must be a region name such as 'us-central1' (https://cloud.google.com/compute/docs/regions-zones)"
+        )
+    return value
+
+
 def check_rfc1035(value: str, what: str) -> str:
     if not _RFC1035_RE.fullmatch(value):
         raise ValueError(

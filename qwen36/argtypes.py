@@ -136,3 +136,59 @@ def api_key_problem(key: str) -> str | None:
     if any(ord(c) < 33 or ord(c) == 127 for c in key):
         return "holds a space, a newline or a control character; copy the key again (without the newline)"
     return None
+
+
+def _name_type(check: Callable[[str], object], what: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        try:
+            check(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}: {exc}") from None
+        return text
+
+    parse.__name__ = what
+    return parse
+
+
+def _project(text: str) -> None:
+    from infra.config_rules import check_project_id
+
+    check_project_id(text, new_project_rules=False)
+
+
+def _region(text: str) -> None:
+    from infra.config_rules import check_region
+
+    check_region(text)
+
+
+def _group(text: str) -> None:
+    from infra.config_rules import check_rfc1035
+
+    check_rfc1035(text, "a GCE resource name")
+
+
+def _zone(text: str) -> None:
+    from infra.config_rules import check_region
+
+    region, dash, letter = text.rpartition("-")
+    if not dash or len(letter) != 1 or not letter.isascii() or not letter.islower():
+        raise ValueError("must be a zone name such as 'us-central1-a'")
+    check_region(region)
+
+
+def _stack(text: str) -> None:
+    # Pulumi stack names: letters, digits, '-', '_' and '.', optionally as org/project/stack.
+    # https://www.pulumi.com/docs/iac/concepts/stacks/#create-stack
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+){0,2}", text):
+        raise ValueError("letters, digits, '-', '_' and '.' only (optionally org/project/stack)")
+
+
+# Every value that reaches a Compute API path, gcloud or pulumi, checked where the flag is read.
+project_id = _name_type(_project, "a project id")
+region_name = _name_type(_region, "a region name")
+resource_name = _name_type(_group, "a GCE resource name")
+stack_name = _name_type(_stack, "a Pulumi stack name")
+zone_name = _name_type(_zone, "a zone name")

@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from qwen36.argtypes import stack_name
 from qwen36.errors import Exit, UsageError
 from qwen36.stage_common import (
     EXIT_INTERRUPTED,
@@ -471,7 +472,7 @@ def register(subparsers: Any) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--from-hf", action="store_true", help="download it from the hub first (default)")
     source.add_argument("--from-file", type=Path, metavar="PATH", help="upload a local GGUF instead")
-    parser.add_argument("--stack", help="Pulumi stack (default: the selected one)")
+    parser.add_argument("--stack", type=stack_name, help="Pulumi stack (default: the selected one)")
     parser.add_argument(
         "--bucket", type=bucket_name, help="bucket name (default: `pulumi stack output modelBucket`)"
     )

@@ -13,15 +13,22 @@ import argparse
 import json
 import math
 import os
-import re
 import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from infra import boot_protocol
-from infra.config_rules import check_project_id, check_rfc1035
-from qwen36.argtypes import api_key_problem, http_url, url_problem
+from infra.config_rules import check_project_id, check_region, check_rfc1035
+from qwen36.argtypes import (
+    api_key_problem,
+    http_url,
+    project_id,
+    region_name,
+    resource_name,
+    stack_name,
+    url_problem,
+)
 from qwen36.errors import (
     ApiError,
     Exit,
@@ -147,7 +154,6 @@ def where_from(args: argparse.Namespace) -> Where:
 # state, an older program): `autostop.size` 100 would have resized the group to 100 servers.
 MAX_WAKE_SIZE = 8
 MAX_WAKE_MINUTES = 24 * 60
-_REGION_RE = re.compile(r"[a-z]+-[a-z]+[0-9]+")
 
 
 def checked_where(where: Where, source: str) -> Where:
@@ -166,8 +172,10 @@ def checked_where(where: Where, source: str) -> Where:
         check_project_id(where.project, new_project_rules=False)
     except ValueError as exc:
         raise bad("project", where.project, str(exc)) from None
-    if not _REGION_RE.fullmatch(where.region):
-        raise bad("region", where.region, "is not a region name such as us-central1")
+    try:
+        check_region(where.region)
+    except ValueError as exc:
+        raise bad("region", where.region, str(exc)) from None
     try:
         check_rfc1035(where.group, "a group name")
     except ValueError as exc:
@@ -383,10 +391,14 @@ def boot_figures(report: str | None) -> str:
 
 
 def add_group_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--stack", help="read the group from this stack's outputs (needs the pulumi CLI)")
-    parser.add_argument("--project")
-    parser.add_argument("--region")
-    parser.add_argument("--group", help="the managed instance group's name (the deployment name)")
+    parser.add_argument(
+        "--stack", type=stack_name, help="read the group from this stack's outputs (needs the pulumi CLI)"
+    )
+    parser.add_argument("--project", type=project_id)
+    parser.add_argument("--region", type=region_name)
+    parser.add_argument(
+        "--group", type=resource_name, help="the managed instance group's name (the deployment name)"
+    )
     parser.add_argument("--compute-endpoint", type=http_url, help=argparse.SUPPRESS)
     parser.add_argument("--anonymous", action="store_true", help=argparse.SUPPRESS)
 

@@ -17,7 +17,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 
-from qwen36.argtypes import http_url, port
+from qwen36.argtypes import http_url, port, project_id, region_name, resource_name, stack_name
 from qwen36.errors import Exit, MissingToolError, NotFoundError, QwenError, UsageError
 from qwen36.pulumi_cli import pulumi_stdout
 
@@ -28,10 +28,16 @@ EXIT_NO_MEMBER = Exit.FAILED
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--project", help="the Google Cloud project (default: the stack's gcp:project)")
-    parser.add_argument("--region", help="the group's region (default: the stack's region output)")
-    parser.add_argument("--group", help="the group's name (default: the stack's groupName output)")
-    parser.add_argument("--stack", help="read the three values above from this Pulumi stack")
+    parser.add_argument(
+        "--project", type=project_id, help="the Google Cloud project (default: the stack's gcp:project)"
+    )
+    parser.add_argument(
+        "--region", type=region_name, help="the group's region (default: the stack's region output)"
+    )
+    parser.add_argument(
+        "--group", type=resource_name, help="the group's name (default: the stack's groupName output)"
+    )
+    parser.add_argument("--stack", type=stack_name, help="read the three values above from this Pulumi stack")
     parser.add_argument("--print", action="store_true", help="print the gcloud command instead of running it")
     parser.add_argument(
         "--compute-endpoint", type=http_url, help="Compute API endpoint override (a local stand-in in tests)"

@@ -11,7 +11,15 @@ import os
 import shlex
 import time
 
-from qwen36.argtypes import api_key_problem, bounded_float, http_url
+from qwen36.argtypes import (
+    api_key_problem,
+    bounded_float,
+    http_url,
+    project_id,
+    region_name,
+    resource_name,
+    zone_name,
+)
 from qwen36.errors import QwenError, UsageError, as_error
 
 API_KEY_ENV = "QWEN36_API_KEY"
@@ -35,17 +43,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--url", type=http_url, help="http mode: the server's base URL, e.g. http://203.0.113.7:8080"
     )
-    parser.add_argument("--project", required=True)
-    parser.add_argument("--region", help="the server group's region")
-    parser.add_argument("--group", help="the regional managed instance group's name")
-    parser.add_argument("--zone", help="with --instance: wait on one plain VM (the tooling image's builder)")
-    parser.add_argument("--instance", help="with --zone: the plain VM's name")
+    parser.add_argument("--project", type=project_id, required=True)
+    parser.add_argument("--region", type=region_name, help="the server group's region")
+    parser.add_argument("--group", type=resource_name, help="the regional managed instance group's name")
+    parser.add_argument(
+        "--zone", type=zone_name, help="with --instance: wait on one plain VM (the tooling image's builder)"
+    )
+    parser.add_argument("--instance", type=resource_name, help="with --zone: the plain VM's name")
     parser.add_argument(
         "--door-url",
         type=http_url,
         help="once the group serves, the front door's URL must reach it (qwen36/door_probe.py)",
     )
-    parser.add_argument("--door-service", help="with --door-url: the door's Cloud Run service, for its logs")
+    parser.add_argument(
+        "--door-service",
+        type=resource_name,
+        help="with --door-url: the door's Cloud Run service, for its logs",
+    )
     parser.add_argument("--timeout-minutes", type=bounded_float(MAX_TIMEOUT_MINUTES), required=True)
     parser.add_argument("--poll-seconds", type=bounded_float(MAX_PAUSE_S), default=DEFAULT_POLL_S)
     parser.add_argument("--heartbeat-seconds", type=bounded_float(MAX_PAUSE_S), default=DEFAULT_HEARTBEAT_S)

@@ -20,7 +20,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qwen36.argtypes import bounded_float, http_url, writable_file
+from qwen36.argtypes import (
+    bounded_float,
+    http_url,
+    project_id,
+    region_name,
+    resource_name,
+    stack_name,
+    writable_file,
+)
 from qwen36.errors import (
     ConfigFileError,
     DeniedError,
@@ -140,7 +148,9 @@ def _add_endpoint(parser: argparse.ArgumentParser) -> None:
         "--url", help=f"server root or OpenAI base URL (env {URL_ENV}; default: stack output)"
     )
     parser.add_argument("--api-key", help=f"bearer key (env {API_KEY_ENV}; default: stack output apiKey)")
-    parser.add_argument("--stack", help="Pulumi stack to read outputs from (default: the selected one)")
+    parser.add_argument(
+        "--stack", type=stack_name, help="Pulumi stack to read outputs from (default: the selected one)"
+    )
     parser.add_argument(
         "--timeout",
         type=bounded_float(MAX_SECONDS),
@@ -332,10 +342,12 @@ def register(subparsers: Any) -> None:
     )
     fleet.add_argument("--fleet", action="store_true", help="keep sending when one member fails")
     fleet.add_argument(
-        "--group", help="also record the servers over time: the group's name (implies --fleet; fleetMembers)"
+        "--group",
+        type=resource_name,
+        help="also record the servers over time: the group's name (implies --fleet; fleetMembers)",
     )
-    fleet.add_argument("--region", help="the group's region")
-    fleet.add_argument("--project", help="the group's Google Cloud project")
+    fleet.add_argument("--region", type=region_name, help="the group's region")
+    fleet.add_argument("--project", type=project_id, help="the group's Google Cloud project")
     fleet.add_argument(
         "--servers-poll",
         type=bounded_float(MAX_SECONDS),

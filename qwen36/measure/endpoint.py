@@ -33,6 +33,11 @@ def check_url(url: str, source: str) -> str:
     text = url.strip()
     if not text:
         raise EndpointConfigError(f"{source} is empty; give the server's URL, e.g. http://localhost:8080")
+    if not text.isascii() or any(ord(c) < 33 or ord(c) == 127 for c in text):
+        raise EndpointConfigError(
+            f"{source} {url!r} holds a space, a control or a non-ASCII character (an IDN host in its "
+            "xn-- form)"
+        )
     candidate = text if "://" in text else f"http://{text}"
     try:
         parts = urlsplit(candidate)

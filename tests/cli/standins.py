@@ -128,3 +128,49 @@ def fake_pulumi(bin_dir: Path, *, outputs: dict[str, Any] | None = None, fail: s
         )
     script.chmod(0o755)
     return script
+
+
+# Wrong answers with a 200, as a captive portal, a proxy's error page or a broken middlebox sends
+# them in place of any API's JSON (issue 29: each raised inside a client library). No API documents
+# these; they are what the network can put in front of one.
+MALFORMED_200S: dict[str, tuple[bytes, str]] = {
+    "html": (HTML, "text/html"),
+    "empty": (b"", "application/json"),
+    "binary": (b"\x00\xff\xfe\x80junk", "application/octet-stream"),
+    "list": (b"[1, 2, 3]", "application/json"),
+    "null": (b"null", "application/json"),
+    "wrong-shape": (
+        b'{"kind": "compute#operation", "items": "not a list", "targetSize": "many"}',
+        "application/json",
+    ),
+}
+
+
+@contextmanager
+def answering(
+    routes: dict[str, tuple[int, bytes, str]], default: tuple[int, bytes, str] = (200, b"", "text/plain")
+) -> Iterator[str]:
+    """Every request answered by the first route whose key the path ends with (or ``default``), for
+    any method: a stand-in for an API that answers wrongly (a malformed 200) or refuses."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def _answer(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            path = self.path.split("?", 1)[0]
+            status, body, kind = next(
+                (answer for suffix, answer in routes.items() if path.endswith(suffix)), default
+            )
+            with contextlib.suppress(OSError):
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _answer
+
+    with serve_on_loopback(Handler) as url:
+        yield url

@@ -30,6 +30,7 @@ import os
 import random
 import re
 import signal
+import struct
 import sys
 import tempfile
 import threading
@@ -42,7 +43,17 @@ from typing import Any
 
 import yaml
 
-from tests.cli.standins import HTML, closed_port, completion, fake_llama, fake_pulumi, never_answers
+from tests.cli.standins import (
+    GOOD_TIMINGS,
+    HTML,
+    MALFORMED_200S,
+    answering,
+    closed_port,
+    completion,
+    fake_llama,
+    fake_pulumi,
+    never_answers,
+)
 from tests.compute_fake.group import HANG, FakeGroup, FakeMember, Fault, GroupState
 from tests.compute_fake.server import fake_compute_api
 from tests.compute_fake.shapes import quota_blocked_group
@@ -65,6 +76,16 @@ class Case:
     """What the error line must contain (naming the cause); for code 0, what stdout must contain."""
     world: str = "plain"
     interrupt_after_s: float | None = None
+    bad_value: bool = False
+    """The input is a value that must be refused: exit 0 is an accepted bad value."""
+    stack_file: str | None = None
+    """The text of Pulumi.dev.yaml in the case's folder (with a Pulumi.yaml beside it)."""
+    outputs: str | None = None
+    """What a stand-in `pulumi stack output --json` prints (its text, so it may be no JSON at all)."""
+    env: tuple[tuple[str, str], ...] = ()
+    pending: str = ""
+    """Whose fix the case needs that this branch lacks ("" for none): such cases are left out of
+    ``cases()`` unless ``QWEN36_SWEEP_PENDING=1`` (or ``--pending``); delete the mark to enable one."""
 
 
 @dataclass
@@ -154,7 +175,19 @@ def world(name: str, root: Path) -> Iterator[World]:
                 group.timeline[0][1].members.clear()
                 group.timeline[0][1].target_size = 0
             subs["compute"] = stack.enter_context(fake_compute_api(group))
-        if kind == "llama":
+        if kind == "body":
+            # Every request answered 200 with one malformed body (standins.MALFORMED_200S).
+            body, content_type = MALFORMED_200S[detail]
+            subs["body"] = stack.enter_context(answering({}, (200, body, content_type)))
+        if kind == "door":
+            # A group that serves (the compute fake), and a door that answers /props with `detail`.
+            subs["compute"] = stack.enter_context(fake_compute_api(_running_group()))
+            status = int(detail)
+            message = json.dumps({"error": {"message": f"door says {status}"}}).encode()
+            subs["door"] = stack.enter_context(answering({}, (status, message, "application/json")))
+        if kind == "llama" and detail in LLAMA_ROUTES:
+            subs["llama"] = stack.enter_context(answering(*LLAMA_ROUTES[detail]))
+        elif kind == "llama":
             if detail == "hang":
                 subs["llama"] = stack.enter_context(never_answers())
             elif detail == "slow-chat":
@@ -214,6 +247,9 @@ def world(name: str, root: Path) -> Iterator[World]:
                     os.environ["STORAGE_EMULATOR_HOST"] = previous
             kind = "project"
             subs["noise"] = str(_noise_file(root))
+            # A GGUF header alone (73 bytes, no tensor), and a 4 KB GGUF that lists one.
+            (root / "header.gguf").write_bytes(gguf(0, 0))
+            (root / "small.gguf").write_bytes(gguf(1, 4096))
         if kind == "project":
             (root / "Pulumi.yaml").write_text("name: qwen36-mtp-l4\nruntime: python\n")
             config = {"gcp:project": PROJECT}
@@ -238,6 +274,47 @@ def world(name: str, root: Path) -> Iterator[World]:
         yield World(root, env, subs)
 
 
+def _llama(metrics: bytes, timings: dict[str, Any] | None = None) -> tuple[dict[str, Any], Any]:
+    """A llama-server stand-in: /health ok, /metrics ``metrics``, completions with ``timings``."""
+    ok = (200, b'{"status":"ok"}', "application/json")
+    return (
+        {
+            "/metrics": (200, metrics, "text/plain; version=0.0.4"),
+            "/completions": (200, completion(timings), "application/json"),
+        },
+        ok,
+    )
+
+
+_COUNTERS = b"llamacpp:tokens_predicted_total 100\nllamacpp:tokens_predicted_seconds_total 1\n"
+# llama-servers that answer wrongly: a /metrics that is not llama.cpp's text, timings that measure
+# nothing (issue 29: exit 70, and -5.0 or 0.0 tok/s with exit 0).
+LLAMA_ROUTES: dict[str, tuple[dict[str, Any], Any]] = {
+    "metrics-html": _llama(HTML),
+    "metrics-junk": _llama(b"\x00\xff not prometheus at all\nllamacpp:tokens_predicted_total many\n"),
+    "metrics-label-space": _llama(
+        b'llamacpp:tokens_predicted_total{slot="a b"} 100\nllamacpp:tokens_predicted_seconds_total 1\n'
+    ),
+    "metrics-negative": _llama(
+        b"llamacpp:tokens_predicted_total -5\nllamacpp:tokens_predicted_seconds_total 1\n"
+    ),
+    "negative-timings": _llama(_COUNTERS, {**GOOD_TIMINGS, "predicted_per_second": -5.0}),
+    "zero-timings": _llama(_COUNTERS, {**GOOD_TIMINGS, "predicted_per_second": 0.0, "predicted_n": 0}),
+    "zero-ms": _llama(_COUNTERS, {**GOOD_TIMINGS, "predicted_ms": 0.0}),
+}
+
+
+def gguf(tensors: int, size: int) -> bytes:
+    """A GGUF header naming qwen35moe with ``tensors`` tensors, padded to ``size`` bytes
+    (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md)."""
+    key, value = b"general.architecture", b"qwen35moe"
+    head = (
+        b"GGUF" + struct.pack("<IQQ", 3, tensors, 1) + struct.pack("<Q", len(key)) + key
+        + struct.pack("<IQ", 8, len(value)) + value
+    )  # fmt: skip
+    return head + b"\0" * max(0, size - len(head))
+
+
 def _noise_file(root: Path) -> Path:
     path = root / "noise.gguf"
     path.write_bytes(random.Random(3).randbytes(256 * 1024))
@@ -255,7 +332,21 @@ def _text_file(root: Path) -> Path:
 USAGE = 2
 
 
-def cases() -> list[Case]:
+PENDING_ENV = "QWEN36_SWEEP_PENDING"
+
+
+def cases(include_pending: bool | None = None) -> list[Case]:
+    """Issue 21's corpus and issue 29's (tests/cli/sweep_corpus.py); cases marked ``pending`` only
+    with ``include_pending`` (default: the ``QWEN36_SWEEP_PENDING`` environment variable)."""
+    from tests.cli import sweep_corpus
+
+    if include_pending is None:
+        include_pending = os.environ.get(PENDING_ENV, "") not in ("", "0")
+    every = [*issue21_cases(), *sweep_corpus.cases()]
+    return [c for c in every if include_pending or not c.pending]
+
+
+def issue21_cases() -> list[Case]:
     out: list[Case] = []
 
     def add(name: str, argv: str | tuple[str, ...], code: int, expect: str, world: str = "plain") -> None:
@@ -336,7 +427,8 @@ def cases() -> list[Case]:
         add(f"{verb} --stack without pulumi", f"{verb} --stack dev", 9, "pulumi")
         add(f"{verb} unknown stack", f"{verb} --stack nope", 8, "no stack named 'nope'", "pulumi:unknown")
         add(f"{verb} stack without outputs", f"{verb} --stack dev", 8, "output", "pulumi:empty")
-        add(f"{verb} stack output not JSON", f"{verb} --stack dev", 1, "JSON", "pulumi:garbage")
+        # Issue 29: the table's 8 (the stack's outputs), not 1.
+        add(f"{verb} stack output not JSON", f"{verb} --stack dev", 8, "JSON", "pulumi:garbage")
         extra = ("--print",) if verb in ("tunnel", "ssh", "logs") else ()
         add(f"{verb} without credentials", (verb, *GROUP_ARGS, *extra), 5, "credentials")
         anon = (verb, *GROUP_ARGS, *extra, "--compute-endpoint", "{compute}", "--anonymous")
@@ -542,7 +634,7 @@ def cases() -> list[Case]:
     add("tune local without model", "tune --launcher local", USAGE, "--model")
     add("tune config missing", (*tune, "--config", "{missing}"), USAGE, "--config", "tune")
     add("tune config invalid yaml", (*tune, "--config", "{tmp}/bad.yaml"), 3, "not valid YAML", "tune")
-    add("tune --set without =", (*tune, "--set", "threads"), 3, "KEY=VALUE", "tune")
+    add("tune --set without =", (*tune, "--set", "threads"), USAGE, "KEY=VALUE", "tune")  # a flag error
     add("tune --set bad value", (*tune, "--set", "ctxSize=abc"), 3, "ctxSize", "tune")
     add("tune --set unknown key", (*tune, "--set", "ctxsize=4096"), 3, "did you mean", "tune")
     add("tune docker without docker", "tune", 9, "docker", "tune")
@@ -696,6 +788,22 @@ def _shorten_timeouts() -> None:
         retry.POLICY = retry.Policy(attempts=4, initial_s=0.01, max_s=0.05, budget_s=10.0)  # type: ignore[attr-defined]
 
 
+def _printing_pulumi(bin_dir: Path, text: str) -> None:
+    """A `pulumi` that prints ``text`` for every command (a hostile or broken stack output)."""
+    (bin_dir / "outputs.txt").write_text(text, encoding="utf-8", errors="surrogateescape")
+    script = bin_dir / "pulumi"
+    script.write_text(f"#!/bin/sh\ncat {bin_dir / 'outputs.txt'}\n")
+    script.chmod(0o755)
+
+
+def _spawn(script: Path, argv: list[str], env: dict[str, str], cwd: Path, out: Path, err: Path) -> Any:
+    import subprocess
+
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        # The script's own shebang names its venv's python, which PATH need not hold.
+        return subprocess.Popen([str(script), *argv], cwd=cwd, env=env, stdout=stdout, stderr=stderr)
+
+
 def _child(argv: list[str], env: dict[str, str], cwd: Path, out: Path, err: Path) -> None:
     """Runs the CLI as ``python -m qwen36`` would, then leaves with its status (never returns)."""
     code = 1
@@ -730,24 +838,37 @@ def _child(argv: list[str], env: dict[str, str], cwd: Path, out: Path, err: Path
         os._exit(code)
 
 
-def run_case(case: Case, timeout_s: float = CASE_TIMEOUT_S) -> Outcome:
+def run_case(case: Case, timeout_s: float = CASE_TIMEOUT_S, script: Path | None = None) -> Outcome:
+    """Runs ``case`` in a forked child of this process, or, with ``script``, through that installed
+    ``qwen36`` console script as a process of its own (its own interpreter, its own imports)."""
     with tempfile.TemporaryDirectory(prefix="qwen36-sweep-") as tmp:
         root = Path(tmp)
         kind, _, detail = case.world.partition(":")
-        extra_env: dict[str, str] = {}
+        extra_env: dict[str, str] = dict(case.env)
         world_name = case.world
         if kind == "env":
             name, _, value = detail.partition("=")
             extra_env[name] = value
             world_name = "plain"
         with world(world_name, root) as w:
-            env = {**w.env, **extra_env}
+            env = {**w.env, **{k: v.format(**w.subs) if "{" in v else v for k, v in extra_env.items()}}
             argv = [arg.format(**w.subs) if "{" in arg else arg for arg in case.argv]
+            if case.stack_file is not None:
+                (root / "Pulumi.yaml").write_text("name: qwen36-mtp-l4\nruntime: python\n")
+                (root / "Pulumi.dev.yaml").write_text(
+                    case.stack_file, encoding="utf-8", errors="surrogateescape"
+                )
+            if case.outputs is not None:
+                _printing_pulumi(root / "bin", case.outputs)
             out, err = root / "stdout", root / "stderr"
             started = time.monotonic()
-            pid = os.fork()
-            if pid == 0:
-                _child(argv, env, root, out, err)
+            if script is not None:
+                process = _spawn(script, argv, env, root, out, err)
+                pid = process.pid
+            else:
+                pid = os.fork()
+                if pid == 0:
+                    _child(argv, env, root, out, err)
             code: int | None = None
             interrupted = False
             while True:
@@ -799,6 +920,10 @@ def judge(o: Outcome) -> list[str]:
         return ["hang"]
     if TRACEBACK in o.err or TRACEBACK in o.out:
         verdicts.append("traceback")
+    if o.code == 70 or "internal error (" in o.err:
+        verdicts.append("internal error")
+    if case.bad_value and o.code == 0:
+        verdicts.append("accepted bad value")
     if case.code != 0 and o.code == 0:
         verdicts.append("exit-0 failure")
     elif o.code != case.code:
@@ -829,6 +954,8 @@ def table(outcomes: list[Outcome]) -> dict[str, int]:
         "wrong exit codes": count("wrong code"),
         "exit-0 failures": count("exit-0 failure"),
         "hangs": count("hang"),
+        "internal error (70)": count("internal error"),
+        "accepted bad value": count("accepted bad value"),
     }
 
 
@@ -837,6 +964,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write every outcome here")
     parser.add_argument("--only", help="run the cases whose name contains this")
     parser.add_argument("--timeout", type=float, default=CASE_TIMEOUT_S, help="seconds before a hang")
+    parser.add_argument("--pending", action="store_true", help="also the cases marked pending (another fix)")
+    parser.add_argument("--script", type=Path, help="run each case through this installed qwen36 script")
     args = parser.parse_args(argv)
     # Paid once in this process, inherited by every forked child.
     import google.cloud.compute_v1
@@ -845,10 +974,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import qwen36.__main__  # noqa: F401
 
-    selected = [c for c in cases() if not args.only or args.only in c.name]
+    selected = [c for c in cases(args.pending or None) if not args.only or args.only in c.name]
     outcomes = []
     for case in selected:
-        outcome = run_case(case, args.timeout)
+        outcome = run_case(case, args.timeout, args.script)
         outcomes.append(outcome)
         if outcome.verdicts:
             last = (_error_lines(outcome.err) or outcome.err.splitlines() or [""])[-1]

@@ -70,7 +70,7 @@ def test_a_bug_is_one_line_and_its_traceback_only_on_request(
 
     monkeypatch.setattr(status, "run", broken)
     monkeypatch.delenv(errors.DEBUG_ENV, raising=False)
-    argv = ["status", "--project", "p", "--region", "r", "--group", "g"]
+    argv = ["status", "--project", "acme-llm", "--region", "us-central1", "--group", "g"]
     assert main(argv) == Exit.BUG
     err = capsys.readouterr().err
     assert err == (

@@ -183,7 +183,7 @@ def test_bench_on_timings_that_are_not_numbers(bare: Path, capsys: pytest.Captur
         code, line = _one_line(capsys, "bench", "--url", url, "--reps", "1")
     assert (code, line) == (
         Exit.FAILED,
-        'bench: error: the server\'s \'timings\' are not numbers ({"predicted_per_second": "fast"}): '
+        'bench: error: the server\'s \'timings\' are not positive numbers ({"predicted_per_second": "fast"}): '
         "point --url at a llama-server",
     )
 
@@ -252,7 +252,7 @@ def test_tune_server_bin_and_config(bare: Path, capsys: pytest.CaptureFixture[st
     bad.write_text("config: [unclosed\n")
     code, line = _one_line(capsys, *local, "--server-bin", "/bin/sh", "--config", str(bad))
     assert code == Exit.CONFIG
-    assert line.startswith(f"tune: error: {bad} is not valid YAML (while parsing a flow sequence")
+    assert line.startswith(f"tune: error: {bad.name} is not valid YAML (while parsing a flow sequence")
 
 
 # --- Ctrl-C: one line and 130, after what the command started is stopped ---------------------
@@ -326,7 +326,8 @@ def test_the_gates_door_look_without_the_key_is_refused_before_anything_runs(
     )
     assert _one_line(capsys, *argv, "--door-url", "qwen36-door-1.us-central1.run.app") == (
         Exit.USAGE,
-        "wait: error: --door-url 'qwen36-door-1.us-central1.run.app': give an http:// or https:// URL",
+        "wait: error: argument --door-url: 'qwen36-door-1.us-central1.run.app': give an http:// or https:// "
+        "URL (see qwen36 wait --help)",
     )
 
 

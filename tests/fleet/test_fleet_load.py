@@ -49,7 +49,8 @@ def test_killed_member_is_counted_and_the_run_goes_on(
         run = cli(
             "load", "--url", lb.url, "--clients", str(CLIENTS), "--requests", str(REQUESTS),
             "--max-tokens", "16",
-            "--group", "qwen36-dev", "--region", "us-central1", "--project", "acme", "--servers-poll", "0.5",
+            "--group", "qwen36-dev", "--region", "us-central1", "--project", "acme-llm",
+            "--servers-poll", "0.5",
             "--compute-endpoint", compute, "--anonymous", "--json",
         )  # fmt: skip
         killer.join()

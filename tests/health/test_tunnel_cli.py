@@ -12,6 +12,7 @@ from tests.compute_fake.group import FakeGroup, FakeMember, GroupState
 from tests.compute_fake.server import fake_compute_api
 
 SERIAL = "boot line\nstartup-script: qwen36: phase=ready\n"
+PROJECT = "proj-test"  # a project id the flags accept (6-30 characters)
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], group: FakeGroup, *argv: str) -> tuple[int, str, str]:
@@ -34,7 +35,7 @@ def repaired_group() -> FakeGroup:
     """One member, repaired from zone a into zone b: only the running one counts."""
     gone = FakeMember("qwen36-dev-x1", "europe-west4-a", status="TERMINATED", action="RECREATING")
     here = FakeMember("qwen36-dev-x2", "europe-west4-b", serial=SERIAL)
-    return FakeGroup(timeline=[(0, GroupState(members=[gone, here]))], clock=time.monotonic)
+    return FakeGroup(timeline=[(0, GroupState(members=[gone, here]))], clock=time.monotonic, project=PROJECT)
 
 
 def test_tunnel_goes_to_the_running_member_in_its_current_zone(capsys: pytest.CaptureFixture[str]) -> None:
@@ -42,7 +43,7 @@ def test_tunnel_goes_to_the_running_member_in_its_current_zone(capsys: pytest.Ca
     assert code == 0, err
     assert shlex.split(out) == [
         "gcloud", "compute", "start-iap-tunnel", "qwen36-dev-x2", "8080",
-        "--local-host-port=localhost:8080", "--zone=europe-west4-b", "--project=proj",
+        "--local-host-port=localhost:8080", "--zone=europe-west4-b", "--project=proj-test",
     ]  # fmt: skip
     assert "qwen36-dev-x2 in europe-west4-b" in err
 
@@ -52,7 +53,7 @@ def test_ssh_and_container_logs_follow_the_member(capsys: pytest.CaptureFixture[
     code, out, _ = run_cli(capsys, group, "ssh", "--print")
     assert code == 0
     assert out.strip() == (
-        "gcloud compute ssh qwen36-dev-x2 --zone=europe-west4-b --project=proj --tunnel-through-iap"
+        "gcloud compute ssh qwen36-dev-x2 --zone=europe-west4-b --project=proj-test --tunnel-through-iap"
     )
     code, out, _ = run_cli(capsys, group, "logs", "--print")
     assert code == 0
@@ -66,7 +67,7 @@ def test_serial_logs_come_through_the_api(capsys: pytest.CaptureFixture[str]) ->
 
 def test_no_running_member_says_so_and_how_to_watch(capsys: pytest.CaptureFixture[str]) -> None:
     creating = FakeMember("qwen36-dev-x1", "europe-west4-a", status=None, action="CREATING")
-    group = FakeGroup(timeline=[(0, GroupState(members=[creating]))], clock=time.monotonic)
+    group = FakeGroup(timeline=[(0, GroupState(members=[creating]))], clock=time.monotonic, project=PROJECT)
     code, out, err = run_cli(capsys, group, "tunnel", "--print")
     assert code == 1 and out == ""
     assert "no RUNNING member now (qwen36-dev-x1 is CREATING)" in err

@@ -31,7 +31,9 @@ FIRST_LINE_TIMEOUT_S = 60
 
 
 def _group(member: FakeMember) -> FakeGroup:
-    return FakeGroup(timeline=[(0, GroupState(members=[member]))], clock=time.monotonic)
+    return FakeGroup(
+        timeline=[(0, GroupState(members=[member]))], clock=time.monotonic, project="acme-llm-test"
+    )
 
 
 def _wait_argv(url: str, endpoint: str, group: FakeGroup, timeout_minutes: float) -> list[str]:

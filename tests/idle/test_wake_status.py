@@ -178,7 +178,7 @@ def test_status_cli_prints_one_line(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_status_without_a_group_names_what_is_missing(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["status", "--project", "p"]) == 2
+    assert main(["status", "--project", "acme-llm"]) == 2
     assert "give --stack, or --region, --group" in capsys.readouterr().err
 
 
