@@ -75,7 +75,10 @@ def stack_defaults(stack: str) -> dict[str, str]:
     try:
         outputs = json.loads(_pulumi(["stack", "output", "--json", "--stack", stack]) or "{}")
     except json.JSONDecodeError:
-        raise QwenError(f"`pulumi stack output --json --stack {stack}` did not print JSON") from None
+        raise NotFoundError(
+            f"`pulumi stack output --json --stack {stack}` did not print JSON; check the stack, or pass "
+            "--project, --region and --group"
+        ) from None
     missing = [k for k in ("region", "groupName") if not isinstance(outputs, dict) or not outputs.get(k)]
     if missing:
         raise NotFoundError(
@@ -83,7 +86,16 @@ def stack_defaults(stack: str) -> dict[str, str]:
             "--project, --region and --group"
         )
     project = _pulumi(["config", "get", "gcp:project", "--stack", stack]).strip()
-    return {"project": project, "region": str(outputs["region"]), "group": str(outputs["groupName"])}
+    found = {"project": project, "region": str(outputs["region"]), "group": str(outputs["groupName"])}
+    # What the stack says goes to gcloud and the Compute API's paths: held to the flags' own rules.
+    for (name, text), check in zip(found.items(), (project_id, region_name, resource_name), strict=True):
+        try:
+            check(text)
+        except argparse.ArgumentTypeError as exc:
+            raise NotFoundError(
+                f"stack {stack}'s {name}: {exc}; run `pulumi up`, or pass --project, --region and --group"
+            ) from None
+    return found
 
 
 def gcloud_argv(verb: str, args: argparse.Namespace, *, project: str, zone: str, instance: str) -> list[str]:

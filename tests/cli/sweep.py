@@ -377,20 +377,32 @@ def issue21_cases() -> list[Case]:
                 else (*wait, "--timeout-minutes", "1", flag, value)
             )
             add(f"wait {flag} {value!r}", argv, USAGE, flag)
-    add("wait bad mode", "wait --mode carrier-pigeon --project p --timeout-minutes 1", USAGE, "--mode")
+    add(
+        "wait bad mode",
+        "wait --mode carrier-pigeon --project acme-llm-test --timeout-minutes 1",
+        USAGE,
+        "--mode",
+    )
     add(
         "wait http without url",
-        "wait --mode http --project p --region r --group g --timeout-minutes 1",
+        "wait --mode http --project acme-llm-test --region us-central1 --group qwen36-dev "
+        "--timeout-minutes 1",
         USAGE,
         "--url",
     )
     add(
         "wait url not http",
-        "wait --mode http --url ftp://x --project p --region r --group g --timeout-minutes 1",
+        "wait --mode http --url ftp://x --project acme-llm-test --region us-central1 --group qwen36-dev "
+        "--timeout-minutes 1",
         USAGE,
         "ftp://x",
     )
-    add("wait no group", "wait --mode guest-attributes --project p --timeout-minutes 1", USAGE, "--region")
+    add(
+        "wait no group",
+        "wait --mode guest-attributes --project acme-llm-test --timeout-minutes 1",
+        USAGE,
+        "--region",
+    )
     add("wait without credentials", (*wait, "--timeout-minutes", "1"), 5, "credentials")
     add(
         "wait never ready",
@@ -409,11 +421,11 @@ def issue21_cases() -> list[Case]:
             USAGE,
             "--timeout-minutes",
         )
-    add("wake no group", "wake --project p", USAGE, "--region")
+    add("wake no group", "wake --project acme-llm-test", USAGE, "--region")
     add("status no group", "status", USAGE, "--stack")
-    add("status only project", "status --project p", USAGE, "--region")
+    add("status only project", "status --project acme-llm-test", USAGE, "--region")
     for verb in ("tunnel", "ssh", "logs"):
-        add(f"{verb} no group", f"{verb} --project p", USAGE, "--region")
+        add(f"{verb} no group", f"{verb} --project acme-llm-test", USAGE, "--region")
     for value in ("0", "-1", "70000", "abc"):
         add(
             f"tunnel --local-port {value}",

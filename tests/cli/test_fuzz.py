@@ -40,6 +40,20 @@ FLAGS = {
     for name, sub in COMMANDS.items()
 }
 
+# Issue 29: strings with control characters and non-ASCII (letters, marks, symbols, format characters
+# such as U+202E, spaces of other scripts), on their own and inside otherwise plausible names.
+hostile_chars = st.characters(
+    codec="utf-8",
+    categories=("Cc", "Cf", "Zs", "Zl", "Lo", "Ll", "Lu", "Mn", "So"),
+    exclude_characters="\x00",
+).filter(lambda c: not c.isascii() or ord(c) < 32 or ord(c) == 127 or c == " ")
+hostile_texts = st.builds(
+    lambda head, bad, tail: head + bad + tail,
+    st.sampled_from(["", "acme-llm", "us-central1", "qwen36-dev", "http://127.0.0.1:9/", "main"]),
+    st.text(hostile_chars, min_size=1, max_size=3),
+    st.sampled_from(["", "x", "-a", "/v1"]),
+)
+
 values = st.one_of(
     st.sampled_from(
         ["nan", "inf", "-inf", "-1", "0", "1", "1e999", "-0", "", " ", "-", "--", "abc", "ftp://x", "http://[",
@@ -48,7 +62,9 @@ values = st.one_of(
     ),
     st.integers(-(2**70), 2**70).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.floats(min_value=1e15, max_value=1e308).map(repr),
     st.text(max_size=12),
+    hostile_texts,
 )  # fmt: skip
 
 
@@ -91,6 +107,45 @@ def test_any_command_line_parses_or_ends_in_one_usage_line(
                 assert value > -(2**63), (argv, value)
 
 
+# The flags whose values reach GCE, gcloud, pulumi, an HTTP header or a URL: checked as they are read.
+NAMED = {
+    (command, flag)
+    for command, sub in COMMANDS.items()
+    for action in sub._actions
+    for flag in action.option_strings
+    if getattr(action.type, "__name__", "")
+    in {"a project id", "a region name", "a GCE resource name", "a Pulumi stack name", "a zone name", "URL",
+        "bucket_name", "object_name"}
+}  # fmt: skip
+
+
+def test_the_named_flags_are_found() -> None:
+    assert {
+        ("wait", "--door-url"),
+        ("status", "--project"),
+        ("stage", "--bucket"),
+        ("tunnel", "--group"),
+    } <= NAMED
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(which=st.sampled_from(sorted(NAMED)), text=hostile_texts)
+def test_control_and_non_ascii_characters_are_refused_in_every_named_flag(
+    which: tuple[str, str], text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No bad value accepted: a name, URL or key with a control or non-ASCII character is a usage
+    line naming its flag (GCS object names are UTF-8, so only control characters count there)."""
+    command, flag = which
+    if flag == "--object" and all(c.isprintable() for c in text):
+        return
+    with pytest.raises(SystemExit) as done:
+        parse([command, flag, text])
+    captured = capsys.readouterr()
+    assert done.value.code == Exit.USAGE, (which, text, captured.err)
+    _check(Exit.USAGE, captured.out, captured.err)
+    assert flag in captured.err
+
+
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(st.lists(st.one_of(st.sampled_from(["--debug", "-h", "--bogus"]), values), max_size=4))
 def test_the_entry_point_itself(argv: list[str]) -> None:
@@ -103,6 +158,32 @@ def test_the_entry_point_itself(argv: list[str]) -> None:
 # --- the stack config, as `stage` reads it from Pulumi.<stack>.yaml --------------------------------
 
 KEYS = [to_camel(name) for name in StackConfig.model_fields]
+TEXT_KEYS = [
+    to_camel(name)
+    for name, info in StackConfig.model_fields.items()
+    if info.annotation is str or "Literal" in str(info.annotation) or "list[str]" in str(info.annotation)
+]
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(key=st.sampled_from(TEXT_KEYS), text=hostile_texts)
+def test_control_and_non_ascii_characters_are_refused_in_every_text_key(key: str, text: str) -> None:
+    """Every string key refuses them where it is read, naming itself; modelFile alone takes
+    non-ASCII letters (the hub, GCS and the VM's path take UTF-8), never a control character."""
+    from infra.config import ConfigError, parse_config
+
+    if key == "modelFile" and all(c.isprintable() for c in text):
+        return
+    bad = [text] if "list" in str(StackConfig.model_fields[_snake(key)].annotation) else text
+    with pytest.raises(ConfigError) as err:
+        parse_config({f"{PROJECT}:{key}": bad, f"{PROJECT}:door": False})
+    assert err.value.key == f"{PROJECT}:{key}", err.value
+
+
+def _snake(camel: str) -> str:
+    return next(name for name in StackConfig.model_fields if to_camel(name) == camel)
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats() | st.text(max_size=16),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),

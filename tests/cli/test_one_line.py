@@ -183,8 +183,8 @@ def test_bench_on_timings_that_are_not_numbers(bare: Path, capsys: pytest.Captur
         code, line = _one_line(capsys, "bench", "--url", url, "--reps", "1")
     assert (code, line) == (
         Exit.FAILED,
-        'bench: error: the server\'s \'timings\' are not positive numbers ({"predicted_per_second": "fast"}): '
-        "point --url at a llama-server",
+        "bench: error: the server's 'timings' are not positive numbers "
+        '({"predicted_per_second": "fast"}): point --url at a llama-server',
     )
 
 
