@@ -934,7 +934,10 @@ def judge(o: Outcome) -> list[str]:
         verdicts.append("traceback")
     if o.code == 70 or "internal error (" in o.err:
         verdicts.append("internal error")
-    if case.bad_value and o.code == 0:
+    # A bad value is accepted when the command succeeds with it, or goes on past it to fail for
+    # another reason (its line does not name the value's check: a stage that reached GCS).
+    last = (_error_lines(o.err) or [""])[-1]
+    if case.bad_value and (o.code == 0 or (o.code != case.code and case.expect not in last)):
         verdicts.append("accepted bad value")
     if case.code != 0 and o.code == 0:
         verdicts.append("exit-0 failure")

@@ -67,6 +67,8 @@ def test_the_judge_sees_each_failure_kind() -> None:
     assert sweep.judge(bug) == ["internal error", "wrong code", "unclear"]
     accepted = sweep.Outcome(sweep.Case("v", (), 3, "ctxSize", bad_value=True), 0, "", "", 0.1)
     assert sweep.judge(accepted) == ["accepted bad value", "exit-0 failure", "unclear"]
+    past = sweep.Outcome(sweep.Case("v", (), 3, "ctxSize", bad_value=True), 7, "", "x: error: no GCS\n", 0.1)
+    assert sweep.judge(past) == ["accepted bad value", "wrong code", "unclear"]
     progress = sweep.Outcome(
         sweep.Case("y", (), 1, "no RUNNING"), 1, "", "tunnel: m in z\ntunnel: error: no RUNNING member\n", 0.1
     )
