@@ -20,6 +20,15 @@ ROOT = Path(__file__).resolve().parent.parent
 INSTALL_TIMEOUT_S = 240
 RUN_TIMEOUT_S = 60
 CALIBRATE_TIMEOUT_S = 240
+SCRIPT_CASES = {
+    "29 tune --sweep calibrate with a failing server",
+    "29 stage --bucket Bad_Bucket!",
+    "29 wake outputs size 100",
+    "29 bench /metrics metrics-html",
+    "29 exposure 0.0.0.0/1",
+    "29 wait door 401",
+    "unknown command",
+}
 
 
 def test_pyproject_declares_the_command() -> None:
@@ -146,6 +155,14 @@ def test_install_cli_puts_a_working_qwen36_on_path(
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     assert "winner: " in run.stdout and "internal error" not in run.stderr, run.stdout + run.stderr
+    # Some of the bad-input sweep's cases, through the installed script (its own interpreter and
+    # imports, not this process's): each ends in its code and one line, as from `python -m`.
+    from tests.cli import sweep
+
+    chosen = [c for c in sweep.cases() if c.name in SCRIPT_CASES]
+    assert len(chosen) == len(SCRIPT_CASES)
+    outcomes = [sweep.run_case(case, script=bin_dir / "qwen36") for case in chosen]
+    assert [(o.case.name, o.verdicts) for o in outcomes if o.verdicts] == []
     # The editable install runs this checkout's code.
     origin = subprocess.run(
         [str(venv / "bin" / "python"), "-c", "import qwen36; print(qwen36.__file__)"],
