@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from infra import fleet_bounds
+from infra import config_rules, fleet_bounds
 from infra.policy.compute import _builder_create
 from infra.policy.core import (
     _VMS,
@@ -78,6 +78,12 @@ def no_open_firewall(resource: Resource, ctx: PolicyContext) -> Iterator[str]:
         ipaddress.ip_network(r, strict=False) == _ANYWHERE for r in ranges
     ):
         yield "0.0.0.0/0 without allowPublicInternet"
+    elif not ctx.allow_public_internet and config_rules.exposes_public_internet(ranges):
+        # Exposure by size, as infra/config_rules.py reads it: all but one address is the internet.
+        yield "sourceRanges admit more than one /8 of public addresses without allowPublicInternet"
+    most = config_rules.MAX_FIREWALL_SOURCE_RANGES
+    if len(ranges) > most:
+        yield f"{len(ranges)} source ranges: a firewall rule takes at most {most}"
 
 
 _PUBLIC_SCHEMES = {"EXTERNAL", "EXTERNAL_MANAGED"}

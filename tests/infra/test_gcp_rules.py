@@ -349,6 +349,18 @@ def test_public_internet_needs_the_opt_in(good: Deployment) -> None:
     bad = _edit(good, policy.FIREWALL, _set("sourceRanges", ["0.0.0.0/0"]), "network-server")
     assert check_settled(bad, PolicyContext(allow_public_internet=True)) == []
     assert [v.rule for v in check_settled(bad, PolicyContext())] == ["no_open_firewall"]
+    # Issue 29: all but one address is the internet too, and GCE's range limit holds.
+    import ipaddress
+
+    all_but_one = [
+        str(n)
+        for n in ipaddress.IPv4Network("0.0.0.0/0").address_exclude(ipaddress.IPv4Network("8.8.8.8/32"))
+    ]
+    almost = _edit(good, policy.FIREWALL, _set("sourceRanges", all_but_one), "network-server")
+    assert [v.rule for v in check_settled(almost, PolicyContext())] == ["no_open_firewall"]
+    many = [f"{ipaddress.IPv4Address('10.0.0.0') + i}/32" for i in range(5001)]
+    crowded = _edit(good, policy.FIREWALL, _set("sourceRanges", many), "network-server")
+    assert [v.rule for v in check_settled(crowded, PolicyContext())] == ["no_open_firewall"]
 
 
 # --- the fleet's rules (infra/fleet.py), over a fleet program with a stand-in server group ----
