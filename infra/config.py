@@ -234,7 +234,7 @@ class StackConfig(BaseModel):
     def _file(cls, value: str) -> str:
         # It becomes a GCS object name and a path on the VM: no control character or backslash.
         # https://cloud.google.com/storage/docs/objects#naming
-        unsafe = any(ord(c) < 32 or ord(c) == 127 or c == "\\" for c in value)
+        unsafe = any(not c.isprintable() or c == "\\" for c in value)
         if unsafe or not value.endswith(".gguf") or value.startswith("/") or ".." in value.split("/"):
             raise ValueError("must be a relative path to a .gguf file inside the repo")
         return value

@@ -451,7 +451,7 @@ def object_name(text: str) -> str:
     if (
         not text
         or len(text.encode("utf-8", "surrogatepass")) > 1024
-        or any(ord(c) < 32 or ord(c) == 127 or c in "*?[]#\\" for c in text)
+        or any(not c.isprintable() or c in "*?[]#\\" for c in text)
         or text.startswith("/")
         or any(p in (".", "..", "") for p in parts)
     ):
