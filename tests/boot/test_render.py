@@ -97,7 +97,11 @@ def test_server_arguments_come_from_the_single_flag_source(
 
 
 def test_hostile_values_stay_literal(tmp_path: Path) -> None:
-    cfg = StackConfig(model_revision="main; touch pwned4", model_repo="o-w.n/re_po.x")
+    # The config refuses such a revision where it is read (infra/config_rules.py); the renderer's
+    # quoting holds on its own all the same, so the value is set past validation here.
+    with pytest.raises(ConfigError, match="modelRevision"):
+        parse_config({"qwen36-mtp-l4:modelRevision": "main; touch pwned4"})
+    cfg = StackConfig(model_repo="o-w.n/re_po.x").model_copy(update={"model_revision": "main; touch pwned4"})
     script = _render(cfg, bucket=HOSTILE_BUCKET, project=HOSTILE_PROJECT, api_key_secret="s $(id)")
     values = _bash_values(
         script, tmp_path, '"$MODEL_BUCKET" "$GCP_PROJECT" "$API_KEY_SECRET" "$MODEL_REVISION"'
