@@ -37,6 +37,8 @@ network = NetworkAccess(
         # members' 8080 admits only Google's ranges. With a door, 8080 admits the door's subnet.
         source_ranges=[] if cfg.fleet else cfg.source_ranges,
         door=cfg.front_door,
+        # Internal addresses only, unless externalIp: the internet through Cloud NAT.
+        nat=not cfg.external_ip,
         depends_on=[apis],
     ),
 )

@@ -66,6 +66,7 @@ CONDITIONS: dict[str, Condition] = {
     "fleet_https": lambda cfg, bakes: cfg.fleet and bool(cfg.domain),
     "autoscaled": lambda cfg, bakes: cfg.autoscaled,
     "door": lambda cfg, bakes: cfg.front_door,
+    "nat": lambda cfg, bakes: not cfg.external_ip,
 }
 
 APIS = "infra/apis.py"
@@ -103,6 +104,23 @@ GROUPS: tuple[ResourceGroup, ...] = (
             *_crud("compute.firewalls", "the ingress rules", "create", "get", "update", "delete"),
             ("compute.globalOperations.get", "wait for the VPC's and the rules' operations"),
             ("compute.regionOperations.get", "wait for the subnet's operations"),
+        ),
+    ),
+    ResourceGroup(
+        name="cloud nat",
+        declares=("gcp:compute/router:Router", "gcp:compute/routerNat:RouterNat"),
+        service="compute.googleapis.com",
+        enabled_by=APIS,
+        when="nat",
+        role="roles/compute.networkAdmin",
+        permissions=_p(
+            # A NAT is part of its router: the provider creates, updates and deletes it with a PATCH
+            # of the router (magic-modules resource_compute_router_nat).
+            *_crud(
+                "compute.routers", "the Cloud Router and its Cloud NAT", "create", "get", "update", "delete"
+            ),
+            ("compute.networks.updatePolicy", "add the router to the VPC"),
+            ("compute.regionOperations.get", "wait for the router's operations"),
         ),
     ),
     ResourceGroup(

@@ -216,9 +216,14 @@ class ServerGroup(pulumi.ComponentResource):
         self, resource_name: str, args: ServerGroupArgs, child: pulumi.ResourceOptions
     ) -> gcp.compute.RegionInstanceTemplate:
         cfg = args.cfg
-        # An ephemeral external address per member, for egress only (apt, ghcr.io, Hugging Face):
-        # the firewall (infra/network.py) admits nothing from the internet to it.
-        access = gcp.compute.RegionInstanceTemplateNetworkInterfaceAccessConfigArgs(network_tier=NETWORK_TIER)
+        # No access config, no external address: the members reach the internet through Cloud NAT and
+        # Google's APIs through Private Google Access (infra/network.py). With externalIp, an ephemeral
+        # external address per member, for egress only: the firewall admits nothing from the internet.
+        access = (
+            [gcp.compute.RegionInstanceTemplateNetworkInterfaceAccessConfigArgs(network_tier=NETWORK_TIER)]
+            if cfg.external_ip
+            else []
+        )
         return gcp.compute.RegionInstanceTemplate(
             resource_name,
             project=args.project,
@@ -244,7 +249,7 @@ class ServerGroup(pulumi.ComponentResource):
             ],
             network_interfaces=[
                 gcp.compute.RegionInstanceTemplateNetworkInterfaceArgs(
-                    network=args.network, subnetwork=args.subnetwork, access_configs=[access]
+                    network=args.network, subnetwork=args.subnetwork, access_configs=access
                 )
             ],
             service_account=gcp.compute.RegionInstanceTemplateServiceAccountArgs(

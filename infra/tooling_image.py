@@ -187,10 +187,12 @@ class Builder:
             f"--image-family={cfg.image_family}",
             f"--boot-disk-size={BUILDER_DISK_GB}GB",
             f"--boot-disk-type={BUILDER_DISK_TYPE}",
-            # The stack's own network (infra/network.py); the ephemeral external IP reaches apt
-            # and ghcr.io. No ingress is needed: the bake reports through guest attributes.
+            # The stack's own network (infra/network.py): apt and ghcr.io through its Cloud NAT, no
+            # address of its own (with externalIp, an ephemeral external IP as before). No ingress is
+            # needed: the bake reports through guest attributes.
             f"--network={self.network}",
             f"--subnet={self.subnetwork}",
+            *(() if cfg.external_ip else ("--no-address",)),
             f"--service-account={self.service_account}",
             f"--scopes={BUILDER_SCOPES}",
             "--shielded-vtpm",

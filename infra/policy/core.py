@@ -65,6 +65,8 @@ class PolicyContext:
     fleet: bool = False
     # Why a VM may run with secure boot off (infra/shielded.py); empty: no exception.
     secure_boot_exception: str = field(default_factory=_documented_secure_boot_exception)
+    # externalIp: true, the VMs' ephemeral external addresses instead of Cloud NAT (infra/network.py).
+    external_ip: bool = False
     # Pulumi.yaml's `options` (None: not known, and the rule that needs it is skipped).
     project_options: Mapping[str, Any] | None = None
 

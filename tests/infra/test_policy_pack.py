@@ -153,7 +153,7 @@ def test_the_pack_passes_every_dump_of_the_program(over_dumps: dict[str, Any]) -
 
 def _fixture_cases(good: Deployment, single: Deployment, fleet: Deployment) -> dict[str, dict[str, Any]]:
     cases: dict[str, dict[str, Any]] = {}
-    ranges = {"door": False, "sourceRanges": ["198.51.100.7/32"]}
+    ranges = {"door": False, "externalIp": True, "sourceRanges": ["198.51.100.7/32"]}
     for fixture, (rule, token, name, change) in BAD_FIXTURES.items():
         extra = [] if rule != "autoscaler_needs_even_or_balanced" else [AUTOSCALER]
         cases[f"bad:{fixture}"] = {
@@ -201,7 +201,7 @@ AUTOSCALER = Resource(
 
 
 def test_each_rule_fails_on_its_bad_fixture_through_the_pack() -> None:
-    good = deploy("dev", {"door": False, "sourceRanges": ["198.51.100.7/32"]})
+    good = deploy("dev", {"door": False, "externalIp": True, "sourceRanges": ["198.51.100.7/32"]})
     single, fleet = deploy("dev"), deploy("dev", FLEET_RECIPES["fleet-fixed"])
     cases = _fixture_cases(good, single, fleet)
     outcomes = run_pack(
