@@ -39,7 +39,7 @@ nothing.
 
 NAT always, not only while needed (the figures are infra/pricing.py's, from the pricing page):
 the gateway bills $0.0014 an hour per VM that has a NAT assignment (no VM running, no gateway fee),
-$0.045 per GiB processed (about $0.92 for one 22 GB hub download, once per model: the bucket keeps it)
+$0.045 per GiB processed (about $0.96 for one 21 GiB hub download, once per model: the bucket keeps it)
 and $0.005 an hour per NAT address it holds (at most ~$3.65 a month if the one address is held while
 nothing runs; no source settles whether an AUTO_ONLY gateway releases it, so the estimate assumes it
 does not). A NAT made only while needed would have to be created and deleted around the boots that
