@@ -13,8 +13,9 @@ DKMS build, with the user-space libraries of the same version (else nvidia-smi f
 "Driver/library version mismatch").
 https://cloud.google.com/compute/docs/gpus/install-drivers-gpu#secure-boot
 https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/install-precompiled-signed-drivers.html
-Canonical publishes them for the Deep Learning VM's kernel flavour (jammy's ``linux-restricted-modules-gcp-6.8``:
-``linux-modules-nvidia-580-server-open-gcp``, https://packages.ubuntu.com/jammy/linux-modules-nvidia-580-server-gcp).
+Canonical publishes them for the Deep Learning VM's kernel flavour, Ubuntu 22.04's gcp-6.8 kernels
+(``linux-modules-nvidia-580-server-open-gcp-6.8``, source ``linux-restricted-modules-gcp-6.8``):
+https://packages.ubuntu.com/jammy/linux-modules-nvidia-580-server-open-gcp-6.8
 The bake (startup/bake.sh) installs them in place of the DKMS module, then boots a test VM from the
 candidate image with Secure Boot on (infra/tooling_image.py, startup/verify_gpu.sh) and accepts
 Secure Boot only if nvidia-smi sees the L4, ``mokutil --sb-state`` says it is enabled, ``modinfo -F

@@ -48,7 +48,8 @@ def _run(tmp_path: Path, *, sb: str, smi: tuple[str, int], signer: str, devices:
     # The metadata server's guest-attribute PUT: the last URL segment is the key, --data the value.
     written = tmp_path / "written"
     (bin_dir / "curl").write_text(
-        "#!/bin/bash\nwhile (($#)); do case $1 in --data) value=$2; shift;; http*) url=$1;; esac; shift; done\n"
+        "#!/bin/bash\n"
+        "while (($#)); do case $1 in --data) value=$2; shift;; http*) url=$1;; esac; shift; done\n"
         f'printf "%s=%s\\n" "${{url##*/}}" "$value" >>{written}\n'
     )
     (bin_dir / "curl").chmod(0o755)
