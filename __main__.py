@@ -136,6 +136,7 @@ server = ServerGroup(
         subnetwork=network.subnetwork,
         labels=labels,
         door_url=door.stop_url if door is not None else None,
+        secure_boot=boot_image.secure_boot,
         # The boot reads the bucket, the secret and through the firewall from its first second.
         depends_on=[apis, network, identity, cache] + ([api_key] if api_key else []),
     ),
@@ -239,3 +240,5 @@ pulumi.export("modelCachePath", cache.probe.path)
 pulumi.export("modelCacheNote", cache.probe.summary())
 pulumi.export("bootImage", boot_image.image)
 pulumi.export("bootImageNote", boot_image.summary)
+pulumi.export("secureBoot", boot_image.secure_boot.apply(lambda d: d.on))
+pulumi.export("secureBootNote", boot_image.secure_boot.apply(lambda d: d.reason_line or "Secure Boot on"))

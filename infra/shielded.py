@@ -44,7 +44,6 @@ OFF_REASONS: dict[str, str] = {
     "sb-disabled": "mokutil --sb-state on the bake's test VM did not report Secure Boot enabled",
     "no-cuda": "the pinned llama.cpp container found no CUDA device on the bake's Secure Boot test VM",
     "no-signed-driver": "Canonical's signed NVIDIA modules for the image's kernel could not be installed",
-    "no-test-vm": "the bake's Secure Boot test VM could not be created or never reported (quota, stockout)",
     "unverified": "the tooling image was baked before the bake proved Secure Boot (bake again to prove it)",
     "stock-image": "the stock Deep Learning VM's DKMS-built NVIDIA module is signed with a key GCE's UEFI db "
     "does not hold",

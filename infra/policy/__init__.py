@@ -77,7 +77,7 @@ from infra.policy.core import (  # noqa: F401 (the rules' names, as infra.policy
     Rule,
     UnknownInput,
     Violation,
-    _documented_secure_boot_exception,
+    _documented_secure_boot_reasons,
     _instances,
     _last,
 )

@@ -61,7 +61,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
         fail_invokes: bool = False,
         tooling_image: bool = True,
         kept_networks: Mapping[str, str] | None = None,
+        secure_boot_verdict: str | None = None,
     ) -> None:
+        self.secure_boot_verdict = secure_boot_verdict
         self.kept_networks = dict(kept_networks or {})
         self.resources: list[Resource] = []
         self.calls: list[str] = []
@@ -125,6 +127,12 @@ class RecordingMocks(pulumi.runtime.Mocks):
             "gcp:secretmanager/secret:Secret": lambda: {
                 "name": f"projects/123456789012/secrets/{inputs['secretId']}"
             },
+            # The bake's GPU test prints its verdict code last (infra/tooling_image.py GpuTest).
+            "command:local:Command": lambda: (
+                {"stdout": f"{self.secure_boot_verdict}\n"}
+                if args.name.endswith("-gpu-test") and self.secure_boot_verdict is not None
+                else {}
+            ),
         }
         state.update(computed.get(args.typ, dict)())
         if args.typ.startswith("gcp:compute/"):
@@ -179,6 +187,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 "name": f"{family}-0a1b2c3d-73012345",
                 "family": family,
                 "project": args.args.get("project"),
+                # The GPU test's verdict label (images resource `labels`); none on an older bake.
+                "labels": {"secure-boot": self.secure_boot_verdict} if self.secure_boot_verdict else {},
             }
         return {}
 
@@ -283,6 +293,7 @@ def deploy(
     fail_invokes: bool = False,
     tooling_image: bool = True,
     kept_networks: Mapping[str, str] | None = None,
+    secure_boot_verdict: str | None = None,
 ) -> Deployment:
     """Run ``__main__.py`` for a stack file's config plus ``overrides`` (short keys) under mocks.
 
@@ -290,7 +301,8 @@ def deploy(
     deployment); ``foreign_buckets`` with the labels given; ``kept_networks``: VPC and subnet names
     that exist, with their descriptions (a door's network outlives a destroy). ``tooling_image``: the
     build's tooling family holds an image (every deployment after the first); without one the program
-    bakes it.
+    bakes it. ``secure_boot_verdict``: the GPU test's verdict (the found image's label, or the bake's
+    test output); None: an image without one.
     """
     ours = {"app": PROJECT, "stack": f"qwen36-{stack}", "managed-by": "pulumi"}
     buckets = {name: ours for name in existing_buckets} | dict(foreign_buckets or {})
@@ -299,7 +311,11 @@ def deploy(
     if gcp_project is not None:
         config["gcp:project"] = gcp_project
     mocks = RecordingMocks(
-        buckets, fail_invokes=fail_invokes, tooling_image=tooling_image, kept_networks=kept_networks
+        buckets,
+        fail_invokes=fail_invokes,
+        tooling_image=tooling_image,
+        kept_networks=kept_networks,
+        secure_boot_verdict=secure_boot_verdict,
     )
     monitor = RecordingMonitor(mocks)
     settings.ROOT.set(None)  # a fresh stack resource, so one run's exports never leak into the next

@@ -272,7 +272,7 @@ def _nic(**values: Any) -> Callable[[dict[str, Any]], None]:
 
 PLAIN = PolicyContext(external_ip=True)
 OPTED_IN = PolicyContext(external_ip=True, allow_public_internet=True)
-NO_EXCEPTION = PolicyContext(external_ip=True, secure_boot_exception="")
+NO_EXCEPTION = PolicyContext(external_ip=True, secure_boot_reasons={})
 NO_NETWORK_FLAGS = ("--network=", "--subnet=")
 Edit = Callable[[dict[str, Any]], None]
 
@@ -300,9 +300,21 @@ ISSUE15_FIXTURES: dict[str, tuple[str, str, PolicyContext, str, str | None, Edit
         "no_ssh_from_anywhere", "good", OPTED_IN, policy.FIREWALL, "network-server",
         lambda i: i.update(sourceRanges=["::/0"], allows=[{"protocol": "all"}]),
     ),
-    # Secure boot is off today; without the documented exception that is a violation.
+    # Secure Boot off (the image's verdict) without the documented reasons is a violation...
     "secure-boot-off-undocumented": (
         "secure_boot_on", "good", NO_EXCEPTION, policy.INSTANCE, None, lambda _: None
+    ),
+    # ...and so is a template that records no reason, or one this version does not know.
+    "secure-boot-off-without-reason": (
+        "secure_boot_on", "good", PLAIN, policy.TEMPLATE, None, lambda i: i["labels"].pop("secure-boot-off")
+    ),
+    "secure-boot-off-unknown-reason": (
+        "secure_boot_on", "good", PLAIN, policy.TEMPLATE, None,
+        lambda i: i["labels"].update({"secure-boot-off": "x"}),
+    ),
+    "builder-without-secure-boot": (
+        "secure_boot_on", "baking", PLAIN, policy.LOCAL_COMMAND, "tooling-builder",
+        _builder_flags(lambda a: [x for x in a if x != "--shielded-secure-boot"]),
     ),
     # The first version's name for a project id that starts with "goog".
     "goog-bucket-name": (
@@ -331,7 +343,7 @@ def test_each_issue15_rule_fails_on_a_bad_fixture(good: Deployment, baking: Depl
     rule, which, ctx, token, name, change = ISSUE15_FIXTURES[fixture]
     deployment = {"good": good, "baking": baking}[which]
     # Unedited, it passes under the same context with the documented secure-boot exception.
-    documented = dataclasses.replace(ctx, secure_boot_exception=PLAIN.secure_boot_exception)
+    documented = dataclasses.replace(ctx, secure_boot_reasons=PLAIN.secure_boot_reasons)
     assert check_settled(deployment.resources, documented) == [], "the unedited deployment passes"
     violations = check_settled(_edit(deployment, token, change, name), ctx)
     assert violations, fixture
@@ -349,7 +361,9 @@ def test_the_secure_boot_exception_is_documented() -> None:
     from tests.infra.program_mocks import ROOT
 
     page = (ROOT / "docs" / "security.md").read_text()
-    assert shielded.SECURE_BOOT or "install-drivers-gpu#secure-boot" in page
+    assert "install-drivers-gpu#secure-boot" in page
+    # Every reason the bake can record is said on the page, by its code.
+    assert all(f"`{code}`" in page for code in shielded.OFF_REASONS)
 
 
 def test_public_internet_needs_the_opt_in(good: Deployment) -> None:

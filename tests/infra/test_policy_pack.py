@@ -26,6 +26,7 @@ from program_mocks import (
 )
 from test_gcp_rules import BAD_FIXTURES, FLEET_BAD_FIXTURES, _edit
 from test_limit_rules import LIMIT_FIXTURES, _base
+from test_private_network import EGRESS_FIXTURES
 
 from infra import policy
 from infra.policy import Resource
@@ -186,6 +187,15 @@ def _fixture_cases(good: Deployment, single: Deployment, fleet: Deployment) -> d
             "resources": _wire(change(resources)),
         }
         cases[f"base:{fixture}"] = {"config": _config("dev", overrides), "resources": _wire(resources)}
+    # The egress rules, over the first deployment of a build (its builder beside the template).
+    private = list(deploy("dev", tooling_image=False).resources)
+    for fixture, (rule, change) in EGRESS_FIXTURES.items():
+        cases[f"bad:{fixture}"] = {
+            "rule": rule,
+            "config": _config("dev", {}),
+            "resources": _wire(change(private)),
+        }
+        cases[f"base:{fixture}"] = {"config": _config("dev", {}), "resources": _wire(private)}
     return cases
 
 
