@@ -308,6 +308,8 @@ class GpuTest:
         image = shlex.quote(self.image)
         project = shlex.quote(f"--project={self.project}")
         zones = " ".join(shlex.quote(z) for z in self.zones)
+        refused = f"the candidate image {self.image} is refused"
+        after = "it is deprecated out of the family, and the next pulumi up bakes again"
         return f"""set -u
 zone=""
 script="$(mktemp)"
@@ -319,8 +321,7 @@ for candidate in {zones}; do
 done
 rm -f "$script"
 refuse() {{
-  echo "the candidate image {self.image} is refused: $1; it is deprecated out of the family," \
-    "and the next pulumi up bakes again" >&2
+  printf '%s\\n' "{refused}: $1; {after}" >&2
   [ -z "$zone" ] || {self._instance("delete", "--quiet")} >&2 || true
   gcloud compute images deprecate {image} {project} --state=OBSOLETE >&2 || true
   exit 1

@@ -270,7 +270,9 @@ prepare_docker() {
   report "$PHASE_PREPARE" "checking docker and $SERVER_IMAGE"
   if ! command -v docker >/dev/null 2>&1; then
     report "$PHASE_PREPARE" "installing docker.io"
-    apt_install "$APT_TIMEOUT_S" docker.io
+    local rc=0
+    apt_install "$APT_TIMEOUT_S" docker.io || rc=$?
+    ((rc == 0)) || fail "apt-get install docker.io exited $rc (the stock image's path)$(nat_hint)"
   fi
   docker_ready || fail "docker daemon not answering"
   local runtime=0
@@ -288,7 +290,7 @@ prepare_docker() {
     report "$PHASE_PREPARE" "docker ready; $SERVER_IMAGE already present"
     return 0
   fi
-  pull_image "$SERVER_IMAGE" announce_pull || fail "could not pull $SERVER_IMAGE after $IMAGE_PULL_ATTEMPTS attempts"
+  pull_image "$SERVER_IMAGE" announce_pull || fail "could not pull $SERVER_IMAGE after $IMAGE_PULL_ATTEMPTS attempts$(nat_hint)"
   report "$PHASE_PREPARE" "docker ready; pulled $SERVER_IMAGE"
 }
 
