@@ -113,3 +113,20 @@ def test_an_unknown_or_missing_verdict_is_off() -> None:
     for verdict in (None, "", "maybe", "ON"):
         assert shielded.from_verdict(verdict) == shielded.SecureBoot(False, "unverified")
     assert all(os.sep not in code and code == code.lower() for code in shielded.OFF_REASONS)
+
+
+def test_the_gpu_test_scripts_are_shellcheck_clean(tmp_path: Path) -> None:
+    import sys
+
+    from infra.tooling_image import GpuTest
+
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    test = GpuTest("vm", "acme", ("us-central1-a",), "net", "sub", "sa@acme.iam.gserviceaccount.com", "img")
+    scripts = {
+        "verify.sh": render_verify_script(StackConfig()),
+        "step.sh": "#!/bin/bash\n" + test.script(StackConfig()),
+    }
+    for name, text in scripts.items():
+        (tmp_path / name).write_text(text)
+        done = subprocess.run([str(shellcheck), str(tmp_path / name)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout
