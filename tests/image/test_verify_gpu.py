@@ -121,7 +121,15 @@ def test_the_gpu_test_scripts_are_shellcheck_clean(tmp_path: Path) -> None:
     from infra.tooling_image import GpuTest
 
     shellcheck = Path(sys.executable).parent / "shellcheck"
-    test = GpuTest("vm", "acme", ("us-central1-a",), "net", "sub", "sa@acme.iam.gserviceaccount.com", "img")
+    test = GpuTest(
+        "vm",
+        "acme",
+        ("us-central1-a", "us-central1-b"),
+        "net",
+        "sub",
+        "sa@acme.iam.gserviceaccount.com",
+        "img",
+    )
     scripts = {
         "verify.sh": render_verify_script(StackConfig()),
         "step.sh": "#!/bin/bash\n" + test.script(StackConfig()),
