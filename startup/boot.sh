@@ -191,6 +191,11 @@ step_driver() {
   # running kernel. Nothing else is tried: a GPU that stays invisible is a failed boot, not a loop.
   [[ -n $NVIDIA_DRIVER_BRANCH ]] || fail "nvidia-smi fails and the driver branch is unknown"
   local package="nvidia-dkms-$NVIDIA_DRIVER_BRANCH-server-open"
+  if [[ $(cat "$STATE_DIR/signed-driver" 2>/dev/null) == installed ]]; then
+    # The bake put Canonical's signed module in place (startup/bake.sh): under Secure Boot a DKMS
+    # build would not load, so the recovery is Canonical's build for the running kernel.
+    package="linux-modules-nvidia-$NVIDIA_DRIVER_BRANCH-server-open-$(uname -r)"
+  fi
   report "$PHASE_DRIVER" "nvidia-smi fails; reinstalling $package"
   apt_install "$DRIVER_INSTALL_TIMEOUT_S" "$package" || log "apt-get could not install $package"
   modprobe nvidia || log "modprobe nvidia failed"

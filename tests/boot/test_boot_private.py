@@ -58,3 +58,23 @@ def test_the_stock_image_path_without_nat_fails_in_one_line_naming_it(make_sandb
     assert report.phase == "failed"
     assert "apt-get install docker.io exited 100 (the stock image's path)" in report.detail
     assert NAT in report.detail
+
+
+def test_a_kernel_upgrade_on_a_secure_boot_image_recovers_with_the_signed_module(
+    make_sandbox: SandboxFactory,
+) -> None:
+    """A member of an image whose bake put Canonical's signed module in place: the recovery after a
+    kernel upgrade installs Canonical's build for the new kernel, never a DKMS build Secure Boot refuses."""
+    sandbox = make_sandbox()
+    sandbox.edit_host(lambda host: host["gpu"].update(reset_supported=True))
+    sandbox.state_dir.mkdir(parents=True, exist_ok=True)
+    (sandbox.state_dir / "signed-driver").write_text("installed\n")
+    sandbox.kernel_upgrade()
+    signed = "linux-modules-nvidia-580-server-open-5.19.0-1030-gcp"
+    sandbox.edit_host(lambda host: host["apt_available"].append(signed))
+    result = sandbox.boot()
+    assert result.rc == 0, result.log
+    installs = [a for a in result.commands("apt-get") if "install" in a]
+    assert installs and installs[0][-1] == signed
+    assert not [a for a in installs if "nvidia-dkms-580-server-open" in a]
+    assert result.details("driver")[-1] == f"driver recovered with {signed}: NVIDIA L4"

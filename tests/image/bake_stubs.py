@@ -1,9 +1,8 @@
 """The boot sandbox's stubs (tests/boot/stubs.py), plus what only the bake needs of them.
 
 Run in place of that program by the apt-get and docker wrappers of a bake sandbox. It adds
-``apt-get clean`` (the boot script never cleans), ``uname -r`` and ``depmod`` (the signed-driver
-step), and two faults a test switches on with a flag
-file in the host folder: ``fail-pull`` (the registry refuses every pull) and ``docker-dead``
+``apt-get clean`` (the boot script never cleans), ``depmod`` (the signed-driver step), and two
+faults a test switches on with a flag file in the host folder: ``fail-pull`` (the registry refuses every pull) and ``docker-dead``
 (the daemon never answers). Everything else is the boot sandbox's own behaviour.
 """
 
@@ -38,20 +37,11 @@ def docker(argv: list[str]) -> int:
     return int(boot_docker(argv))
 
 
-def uname(argv: list[str]) -> int:
-    # The running kernel, which names Canonical's signed module package.
-    if argv != ["-r"]:
-        return int(err(f"uname: unexpected arguments {argv}", 1))
-    with stubs["state"]() as state:
-        print(state["kernel"])
-    return 0
-
-
 def depmod(argv: list[str]) -> int:
     return 0
 
 
-stubs["HANDLERS"].update({"apt-get": apt_get, "docker": docker, "uname": uname, "depmod": depmod})
+stubs["HANDLERS"].update({"apt-get": apt_get, "docker": docker, "depmod": depmod})
 
 if __name__ == "__main__":
     sys.exit(stubs["main"]())

@@ -36,11 +36,11 @@ def script() -> str:
 
 
 def _use_bake_stubs(sandbox: Sandbox) -> Sandbox:
-    for name in ("apt-get", "docker", "uname", "depmod"):
+    for name in ("apt-get", "docker", "depmod"):
         wrapper = sandbox.host / "stubs" / name
         wrapper.write_text(f'#!/bin/sh\nexec {base_python()} -S {BAKE_STUBS} {name} "$@"\n')
         wrapper.chmod(0o755)
-    for name in ("uname", "depmod"):
+    for name in ("depmod",):
         link = sandbox.host / "installed" / name
         if not link.exists():
             link.symlink_to(sandbox.host / "stubs" / name)
