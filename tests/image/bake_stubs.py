@@ -3,7 +3,8 @@
 Run in place of that program by the apt-get and docker wrappers of a bake sandbox. It adds
 ``apt-get clean`` (the boot script never cleans), ``depmod`` (the signed-driver step), and two
 faults a test switches on with a flag file in the host folder: ``fail-pull`` (the registry refuses
-every pull) and ``docker-dead`` (the daemon never answers). Everything else is the boot sandbox's own behaviour.
+every pull) and ``docker-dead`` (the daemon never answers). Everything else is the boot
+sandbox's own behaviour.
 """
 
 from __future__ import annotations
