@@ -183,6 +183,33 @@ def test_the_dashboard_shows_every_door_metric_beside_the_servers_own(d: Deploym
     assert d.outputs["dashboardUrl"].startswith("https://console.cloud.google.com/monitoring/dashboards/")
 
 
+def test_the_dashboard_has_a_per_key_panel_and_the_spend_split_by_share_of_tokens(d: Deployment) -> None:
+    board = json.loads(d.one(DASHBOARD).inputs["dashboardJson"])
+    widgets = {tile["widget"]["title"]: tile["widget"] for tile in board["mosaicLayout"]["tiles"]}
+    requests = widgets["Requests by key (door, per minute)"]["xyChart"]["dataSets"]
+    tokens = widgets["Prompt and completion tokens by key (door, per minute)"]["xyChart"]["dataSets"]
+    for data_set, metric in [(requests[0], "requests"), (tokens[0], "tokens_in"), (tokens[1], "tokens_out")]:
+        query = data_set["timeSeriesQuery"]["timeSeriesFilter"]
+        assert query["filter"].startswith(f'metric.type="custom.googleapis.com/qwen36/door/{metric}"')
+        assert query["aggregation"]["groupByFields"] == ["metric.label.key"]
+    (spend,) = [w for title, w in widgets.items() if title.startswith("Estimated spend by key, last 30 days")]
+    promql = spend["timeSeriesTable"]["dataSets"][0]["timeSeriesQuery"]["prometheusQuery"]
+    hourly = d.outputs["estimatedHourlyCostUsd"]
+    # Each key's prompt and completion tokens over all of them, times the 30 days' spend of the VM.
+    assert promql == (
+        "(sum by (key) (sum_over_time(custom_googleapis_com:qwen36_door_tokens_in_sum"
+        '{monitored_resource="generic_task"}[30d])) + sum by (key) (sum_over_time('
+        'custom_googleapis_com:qwen36_door_tokens_out_sum{monitored_resource="generic_task"}[30d]))) / '
+        "scalar(sum(sum_over_time(custom_googleapis_com:qwen36_door_tokens_in_sum"
+        '{monitored_resource="generic_task"}[30d])) + sum(sum_over_time('
+        'custom_googleapis_com:qwen36_door_tokens_out_sum{monitored_resource="generic_task"}[30d]))) * '
+        "scalar(sum(sum_over_time(compute_googleapis_com:instance_uptime"
+        f'{{monitored_resource="gce_instance",instance_name=~"qwen36-dev-.*"}}[30d])) / 3600 * {hourly})'
+    )
+    tiles = board["mosaicLayout"]["tiles"]
+    assert len({(t["xPos"], t["yPos"]) for t in tiles}) == len(tiles)  # no tile on top of another
+
+
 def test_the_health_gate_ends_at_the_doors_url_and_a_new_door_revision_runs_it_again(d: Deployment) -> None:
     (gate,) = [r for r in d.of_type("command:local:Command") if r.name == "health-wait"]
     argv = shlex.split(gate.inputs["create"])
