@@ -27,6 +27,9 @@ google-auth's own refresh runs against it. Each answer is in the documented shap
   (https://cloud.google.com/monitoring/api/ref_v3/rest/v3/projects.alertPolicies#Aligner,
   #Reducer). Where the alignment periods' edges fall is not settled by what we read: the fake ends
   them at ``interval.endTime``, and the CLI sums every point it gets, so it does not depend on it.
+* ``add_unavailable`` answers 503 UNAVAILABLE (https://cloud.google.com/apis/design/errors#http_mapping)
+  to an addVersion that landed anyway: an answer lost on the way. addVersion takes no request id, so
+  the CLI does not retry it and says the version may be there.
 * A denied permission answers 403 PERMISSION_DENIED in Google's error body
   (https://cloud.google.com/apis/design/errors#http_mapping); its message is IAM's usual
   "Permission '<p>' denied on resource '<r>' (or it may not exist)." form, which the CLI only quotes.
@@ -86,6 +89,8 @@ class FakeGoogle:
     points: list[DoorPoint] = field(default_factory=list)
     before_add: list[Callable[[FakeGoogle], None]] = field(default_factory=list)
     """Run once each, in order, as an addVersion arrives and before it lands: another user's edit."""
+    add_unavailable: int = 0
+    """How many addVersion calls to answer 503 UNAVAILABLE, after the version landed (a lost answer)."""
     calls: list[tuple[str, str, dict[str, list[str]]]] = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
@@ -274,6 +279,12 @@ def _handler(google: FakeGoogle) -> type[BaseHTTPRequestHandler]:
                 while google.before_add:
                     google.before_add.pop(0)(google)
                 number = google.add_version(match["s"], data)
+                if google.add_unavailable:
+                    google.add_unavailable -= 1
+                    self._json(
+                        503, shapes.status_error(503, "UNAVAILABLE", "The service is currently unavailable.")
+                    )
+                    return
             self._json(
                 200,
                 {

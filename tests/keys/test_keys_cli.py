@@ -340,3 +340,27 @@ def test_the_metric_types_are_the_doors_own() -> None:
         metrics["tokens_in"],
         metrics["tokens_out"],
     ) == (usage.REQUESTS, usage.TOKENS_IN, usage.TOKENS_OUT)
+
+
+def test_a_lost_answer_to_the_write_is_7_and_says_the_version_may_be_there(
+    keys: Any, google_api: FakeGoogle
+) -> None:
+    google_api.add_unavailable = 1
+    ran = keys("add", "alice")
+    assert ran.code == Exit.UNREACHABLE == 7
+    assert "the version may or may not have been added; `qwen36 keys list` shows the set" in ran.err
+    assert len([c for c in google_api.calls if c[1].endswith(":addVersion")]) == 1  # not retried
+    assert "qk-" not in ran.out + ran.err
+
+
+def test_no_credentials_is_5(keys: Any, google_api: FakeGoogle, monkeypatch: pytest.MonkeyPatch) -> None:
+    import google.auth
+    from google.auth import exceptions
+
+    def no_adc(scopes: Any = None, **kw: Any) -> Any:
+        raise exceptions.DefaultCredentialsError("Your default credentials were not found.")
+
+    monkeypatch.setattr(google.auth, "default", no_adc)
+    ran = keys("list")
+    assert ran.code == Exit.NO_CREDENTIALS == 5
+    assert ran.err.startswith("keys: error: no usable Google application-default credentials")
