@@ -118,6 +118,8 @@ class FrontDoorArgs:
     """Where the source archive lives (the model bucket)."""
     api_key_secret: pulumi.Input[str]
     """The Secret Manager secret id of the API key."""
+    keys_secret: pulumi.Input[str]
+    """The Secret Manager secret id of the named-key set (infra/door_keys.py)."""
     vm_account_email: pulumi.Input[str]
     """The server VM's service account: the only one whose ID token may ask for the idle stop."""
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -166,6 +168,14 @@ class FrontDoor(pulumi.ComponentResource):
             member=self.member,
             opts=child,
         )
+        keys_read = gcp.secretmanager.SecretIamMember(
+            f"{name}-keys-accessor",
+            project=args.project,
+            secret_id=args.keys_secret,
+            role=KEY_ACCESSOR,
+            member=self.member,
+            opts=child,
+        )
         archive = door_archive.write(ARCHIVE_CACHE)
         self.source = gcp.storage.BucketObject(
             f"{name}-source",
@@ -209,14 +219,18 @@ class FrontDoor(pulumi.ComponentResource):
             gcp.cloudrunv2.ServiceTemplateContainerEnvArgs(
                 name="QWEN36_DOOR_STOP_SERVICE_ACCOUNT", value=args.vm_account_email
             ),
-            # The key as a secret reference: never a plain value in the service's spec.
+            # The secrets by name, read by the door itself at runtime: a secret env reference is checked
+            # by Cloud Run when the revision is created, seconds after the grant, which IAM may not have
+            # propagated yet (terraform-provider-google #16350, #13786, #17245); the door answers 503
+            # until it can read them. No key's value is ever in the service's spec.
+            # https://cloud.google.com/secret-manager/docs/reference/rest/v1/projects.secrets.versions/access
             gcp.cloudrunv2.ServiceTemplateContainerEnvArgs(
-                name="QWEN36_DOOR_API_KEY",
-                value_source=gcp.cloudrunv2.ServiceTemplateContainerEnvValueSourceArgs(
-                    secret_key_ref=gcp.cloudrunv2.ServiceTemplateContainerEnvValueSourceSecretKeyRefArgs(
-                        secret=args.api_key_secret, version="latest"
-                    )
-                ),
+                name="QWEN36_DOOR_API_KEY_SECRET",
+                value=pulumi.Output.concat("projects/", args.project, "/secrets/", args.api_key_secret),
+            ),
+            gcp.cloudrunv2.ServiceTemplateContainerEnvArgs(
+                name="QWEN36_DOOR_KEYS_SECRET",
+                value=pulumi.Output.concat("projects/", args.project, "/secrets/", args.keys_secret),
             ),
         ]
         self.service = gcp.cloudrunv2.Service(
@@ -271,8 +285,11 @@ class FrontDoor(pulumi.ComponentResource):
                     )
                 ],
             ),
-            # A revision that cannot read the key or the source fails to start: both grants first.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, source_read, key_read]),
+            # A revision that cannot read the source fails to start, and one that cannot read the keys
+            # yet answers 503: every grant first.
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[*args.depends_on, source_read, key_read, keys_read]
+            ),
         )
         self.url = self.service.uri
         self.register_outputs({"url": self.url, "stop_url": self.stop_url, "email": self.email})

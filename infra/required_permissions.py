@@ -385,6 +385,24 @@ GROUPS: tuple[ResourceGroup, ...] = (
         ),
     ),
     ResourceGroup(
+        name="door key set",
+        # infra/door_keys.py: the named keys' secret, which the program creates empty; `qwen36 keys`
+        # then reads and adds its versions, and reads each key's usage from the door's series, with
+        # these same credentials.
+        declares=("gcp:secretmanager/secret:Secret", "gcp:secretmanager/secretIamMember:SecretIamMember"),
+        service="secretmanager.googleapis.com",
+        enabled_by=APIS,
+        when="door",
+        role="roles/secretmanager.admin and roles/monitoring.viewer",
+        permissions=_p(
+            *_crud("secretmanager.secrets", "the door's key set", "create", "get", "delete"),
+            ("secretmanager.secrets.setIamPolicy", "let the door's account read the key set"),
+            ("secretmanager.versions.access", "`qwen36 keys` reads the key set"),
+            ("secretmanager.versions.add", "`qwen36 keys add`, `rotate` and `revoke` write a new key set"),
+            ("monitoring.timeSeries.list", "`qwen36 keys list` and `qwen36 status` read each key's usage"),
+        ),
+    ),
+    ResourceGroup(
         name="secrets key (Cloud KMS)",
         # The Pulumi secrets provider (gcpkms://): scripts/deploy.sh makes the key ring and key with
         # gcloud before the first `pulumi stack init`; every later command encrypts and decrypts with it.
