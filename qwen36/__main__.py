@@ -34,6 +34,7 @@ COMMANDS = (
     "qwen36.wake",
     "qwen36.status",
     "qwen36.check",
+    "qwen36.verify",
 )
 
 
