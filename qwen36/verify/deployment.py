@@ -37,7 +37,7 @@ PREVIEW_TIMEOUT_S = 900.0
 # operation: "no changes were expected for ... but changes were proposed").
 NO_CHANGES_EXPECTED = re.compile(r"no changes were expected( for \S+)? but changes were proposed")
 # A step row of the preview's table: its symbol, type, name and operation.
-_STEP_ROW = re.compile(r"^\s*(\+-|-\+|[+~-])\s+(\S+)\s+(\S+)\s+(create|update|delete|replace)\b.*$")
+_STEP_ROW = re.compile(r"^\s*(\+-|-\+|[+~-])\s+(\S+:\S+)\s+(\S+)\s+(create|update|delete|replace)\b.*$")
 API_KEY_ENV = "QWEN36_API_KEY"
 
 
@@ -162,7 +162,7 @@ def second_preview(stack: str, project_dir: Path) -> Check:
     )
     if done.returncode == 0:
         return ok(PREVIEW, f"`{shown}` proposes no change (exit 0)", exit_code=0)
-    steps = [f"{m[4]} {m[2]} {m[3]}" for line in done.stdout.splitlines() if (m := _STEP_ROW.match(line))]
+    steps = [f"{m[4]} {m[3]} ({m[2]})" for line in done.stdout.splitlines() if (m := _STEP_ROW.match(line))]
     if NO_CHANGES_EXPECTED.search(done.stdout + done.stderr):
         shown_steps = "; ".join(steps[:4]) + (f" (+{len(steps) - 4} more)" if len(steps) > 4 else "")
         return fail(
