@@ -22,13 +22,13 @@ def pulumi_run(
     timeout_note: str = "",
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
-    instead: str = INSTEAD,
+    missing_fix: str = f"{INSTEAD} instead",
 ) -> subprocess.CompletedProcess[str]:
     """``pulumi <args>`` run to its end, whatever its exit code (``env``: the whole environment it
     gets, None for this one's). Only a missing CLI and a run past ``timeout_s`` raise."""
     pulumi = shutil.which("pulumi", path=env.get("PATH") if env is not None else None)
     if pulumi is None:
-        raise MissingToolError(f"the pulumi CLI is not on PATH; {instead} instead")
+        raise MissingToolError(f"the pulumi CLI is not on PATH; {missing_fix}")
     try:
         return subprocess.run(
             [pulumi, *args],

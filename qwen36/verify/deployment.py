@@ -39,6 +39,7 @@ NO_CHANGES_EXPECTED = re.compile(r"no changes were expected( for \S+)? but chang
 # A step row of the preview's table: its symbol, type, name and operation.
 _STEP_ROW = re.compile(r"^\s*(\+-|-\+|[+~-])\s+(\S+:\S+)\s+(\S+)\s+(create|update|delete|replace)\b.*$")
 API_KEY_ENV = "QWEN36_API_KEY"
+INSTALL = "install it (https://www.pulumi.com/docs/iac/download-install/)"
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,9 @@ def _outputs_command(stack: str) -> list[str]:
 def read_outputs(stack: str, project_dir: Path) -> tuple[dict[str, Any], Check]:
     """The stack's outputs, and the ``stack`` check: did a fresh shell read them?"""
     shown = f"pulumi stack output --json --show-secrets --stack {stack}"
-    fresh = pulumi_run(_outputs_command(stack), shown=shown, env=fresh_environment(), cwd=project_dir)
+    fresh = pulumi_run(
+        _outputs_command(stack), shown=shown, env=fresh_environment(), cwd=project_dir, missing_fix=INSTALL
+    )
     outputs = _json_outputs(fresh.stdout) if fresh.returncode == 0 else None
     if outputs is not None:
         return outputs, ok(
@@ -77,7 +80,7 @@ def read_outputs(stack: str, project_dir: Path) -> tuple[dict[str, Any], Check]:
         )
     saw = f"`{shown}` with ADC alone failed ({last_line(fresh)})"
     # This shell may still reach it (a passphrase in the environment): the other checks go on.
-    done = pulumi_run(_outputs_command(stack), shown=shown, cwd=project_dir)
+    done = pulumi_run(_outputs_command(stack), shown=shown, cwd=project_dir, missing_fix=INSTALL)
     outputs = _json_outputs(done.stdout) if done.returncode == 0 else None
     if outputs is None:
         raise NotFoundError(
@@ -159,6 +162,7 @@ def second_preview(stack: str, project_dir: Path) -> Check:
         shown=shown,
         timeout_s=PREVIEW_TIMEOUT_S,
         cwd=project_dir,
+        missing_fix=INSTALL,
     )
     if done.returncode == 0:
         return ok(PREVIEW, f"`{shown}` proposes no change (exit 0)", exit_code=0)

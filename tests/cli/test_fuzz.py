@@ -166,5 +166,6 @@ def test_the_fuzzed_parsers_are_all_the_commands() -> None:
         "wake",
         "status",
         "check",
+        "verify",
     }
     assert all(FLAGS[c] for c in COMMANDS)

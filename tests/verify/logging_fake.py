@@ -33,7 +33,7 @@ def autostop_entry(project: str, when: str, *, via_door: bool) -> dict[str, Any]
     """An entry as startup/idle_watch.py ``stop`` writes it."""
     payload: dict[str, Any] = {
         "event": "idle-stop",
-        "message": f"qwen36 autostop{': the door' if via_door else ''} resized qwen36-dev to 0: idle 30.0 min",
+        "message": f"qwen36 autostop{': the door' if via_door else ''} resized qwen36-dev to 0: idle 30 min",
         "group": "qwen36-dev",
         "region": "us-central1",
         "idleMinutes": 30.0,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.deploy.pulumi_stub import (  # noqa: E402  (the repo root goes on the path first)
+from tests.deploy.pulumi_stub import (  # the repo root went on the path above
     StubError,
     backend_dir,
     backend_url,

@@ -217,7 +217,8 @@ def test_without_a_door(env: World, capsys: pytest.CaptureFixture[str], tmp_path
     world = env
     current = member_vm("qwen36-dev-x1b2", "us-central1-b", ready_report("boot-1", OLD), ECC_RESET)
     world.stage(
-        running=True, current=current, verdict=verdict_doc("boot boot-1"), config={"qwen36-mtp-l4:door": "false"},
+        running=True, current=current, verdict=verdict_doc("boot boot-1"),
+        config={"qwen36-mtp-l4:door": "false"},
         outputs={"apiBaseUrl": "http://localhost:8080/v1", "webUiUrl": "http://localhost:8080/"},
     )  # fmt: skip
     rc, out, doc = run(world, capsys, tmp_path)
