@@ -29,6 +29,8 @@ STOP_PATH = "/_qwen36/idle-stop"
 # A short answer: the checks need its first tokens, not its content.
 MAX_TOKENS = 16
 PROMPT = "Say a"
+# The door's answer while its account cannot read the key yet ("grant pending", door/app.py).
+KEY_UNREADABLE = "door_key_unreadable"
 
 
 def bearer(key: str) -> dict[str, str]:
@@ -61,6 +63,14 @@ def props(client: httpx.Client, door: str, key: str) -> Check:
             model_alias=body.get("model_alias"),
         )
     message = error_message(response) or response.text[:120].strip()
+    if response.status_code == 503 and _error_code(body) == KEY_UNREADABLE:
+        return fail(
+            DOOR_PROPS,
+            f"the door cannot read its key yet (503 {KEY_UNREADABLE}: {message})",
+            # https://cloud.google.com/iam/docs/access-change-propagation (2 to 7 minutes, or more)
+            "a new grant takes minutes to apply: rerun in a few minutes; past 15 the door's account "
+            "lacks secretAccessor on the key's secret",
+        )
     if response.status_code == 503 and message.startswith(STOPPED_MESSAGE):
         return fail(
             DOOR_PROPS, f"the door says the server is stopped ({message})", "`qwen36 wake`, then rerun"
@@ -324,6 +334,11 @@ def _s(value: float | None) -> str:
 
 def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
+
+
+def _error_code(body: Any) -> str:
+    error = body.get("error") if isinstance(body, dict) else None
+    return str(error.get("code") or "") if isinstance(error, dict) else ""
 
 
 def _json(response: httpx.Response) -> Any:
