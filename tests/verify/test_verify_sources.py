@@ -101,3 +101,21 @@ def test_a_json_path_that_cannot_be_written_is_exit_2(
 ) -> None:
     assert main(["verify", "--json", str(tmp_path / "no-such-dir" / "v.json")]) == Exit.USAGE
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_calibrated_boot_whose_verdict_is_another_writers_fails() -> None:
+    """The serving boot measured, but the object in the bucket is older: its write did not land."""
+    from datetime import UTC, datetime
+
+    from tests.verify.conftest import verdict_doc
+
+    when = datetime(2026, 12, 1, 9, 0, 0, tzinfo=UTC)
+    boot = {"verdict": "calibrated", "boot_id": "boot-9"}
+    later = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+    check = cloud.verdict_check(verdict_doc("boot boot-0"), "", "gs://b/v.json", boot, when, later)
+    assert check.state == "FAIL" and "not boot boot-9's" in check.saw and ".tmp-" in check.fix
+    no_winner = {**verdict_doc("boot boot-9"), "winner": None}
+    check = cloud.verdict_check(no_winner, "", "gs://b/v.json", boot, when, later)
+    assert check.state == "FAIL" and "names no winner" in check.saw
+    mine = cloud.verdict_check(verdict_doc("boot boot-9"), "", "gs://b/v.json", boot, when, later)
+    assert mine.state == "ok" and "written by the VM" in mine.saw
