@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from qwen36.argtypes import positive_float, writable_file
 from qwen36.errors import CAUSES, Exit, LocalIOError, as_error
@@ -35,6 +35,13 @@ from qwen36.verify.checks import (
     fail,
     skip,
 )
+
+if TYPE_CHECKING:
+    import httpx
+
+    from qwen36.status import GroupApi
+    from qwen36.verify.boot_phases import Serving
+    from qwen36.verify.deployment import Deployment
 
 DEFAULT_STACK = "dev"
 POLL_S = 5.0
@@ -88,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
 
     from qwen36.group import find_member
     from qwen36.status import GroupApi, Where
-    from qwen36.verify import cloud, deployment, door_checks, record
+    from qwen36.verify import boot_phases, cloud, deployment, door_checks, record
 
     started = cloud.now_utc()
     project_dir = args.project_dir or Path.cwd()
@@ -129,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
             member = find_member(api.members())
             running = member is not None and member.running
 
-        before = _serving(api, member) if running and member else None
+        before = boot_phases.read_serving(api, member) if running and member else None
         if door is None:
             emit(skip(DOOR_PROPS, no_door))
             emit(skip(THINKING, no_door))
@@ -145,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         if before is None:
             emit(skip(BOOT, "no member runs (the group is at 0)", "after `qwen36 wake`"))
         else:
-            emit(before.check(BOOT, dep))
+            emit(before.check(BOOT, dep.cfg))
 
         if woke_first:
             emit(skip(WAKE_BOOT, "the group was at 0: the boot line above is this wake's boot"))
@@ -162,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
             if after is None:
                 emit(skip(WAKE_BOOT, f"the wake did not end in a serving member ({wake.state})"))
             else:
-                emit(after.check(WAKE_BOOT, dep))
+                emit(after.check(WAKE_BOOT, dep.cfg))
 
     failed = any(c.state == "FAIL" for c in checks)
     code = Exit.FAILED if failed else Exit.OK
@@ -182,55 +189,16 @@ def run(args: argparse.Namespace) -> int:
     return int(code)
 
 
-class _Serving:
-    """The serving member's boot: its guest attributes and serial console, read once."""
-
-    def __init__(self, name: str, zone: str, attributes: dict[str, str], serial: list[str]) -> None:
-        self.name, self.zone, self.attributes, self.serial = name, zone, attributes, serial
-
-    @property
-    def report(self) -> Any:
-        from infra import boot_protocol
-
-        value = self.attributes.get(boot_protocol.KEY_REPORT)
-        try:
-            return boot_protocol.parse_report(value) if value else None
-        except boot_protocol.ReportFormatError:
-            return None
-
-    @property
-    def boot_id(self) -> str:
-        return self.report.boot_id if self.report else ""
-
-    def check(self, name: str, dep: Any) -> Check:
-        from qwen36.verify import boot_phases
-
-        return boot_phases.phases(name, self.name, self.zone, self.attributes, self.serial, dep.cfg)
-
-
-def _serving(api: Any, member: Any) -> _Serving:
-    from qwen36.verify.boot_phases import SERIAL_LINES
-
-    target = member.target(api.where.project)
-    attributes = api.guest_attributes(member)
-    try:
-        serial = api.reader.serial_tail(target, SERIAL_LINES)
-    except Exception as exc:
-        if as_error(exc) is None:
-            raise
-        serial = []
-    return _Serving(member.name, member.zone, attributes, serial)
-
-
-def _after_wake(api: Any, args: argparse.Namespace, old_boot: str) -> _Serving | None:
+def _after_wake(api: GroupApi, args: argparse.Namespace, old_boot: str) -> Serving | None:
     """The woken member once its ready report (of a new boot) is in, within REPORT_BOUND_S."""
     from qwen36.group import find_member
+    from qwen36.verify.boot_phases import read_serving
 
     deadline = time.monotonic() + REPORT_BOUND_S
     while True:
         member = find_member(api.members())
         if member is not None and member.running:
-            serving = _serving(api, member)
+            serving = read_serving(api, member)
             report = serving.report
             if report is not None and report.ready and report.boot_id != old_boot:
                 return serving
@@ -241,7 +209,7 @@ def _after_wake(api: Any, args: argparse.Namespace, old_boot: str) -> _Serving |
         time.sleep(args.poll_seconds)
 
 
-def _verdict(dep: Any, serving: _Serving | None) -> Check:
+def _verdict(dep: Deployment, serving: Serving | None) -> Check:
     from infra import boot_protocol
     from qwen36.verify import cloud
 
@@ -256,7 +224,7 @@ def _verdict(dep: Any, serving: _Serving | None) -> Check:
     return cloud.verdict_check(doc, problem, uri, boot, ready_at, cloud.now_utc())
 
 
-def _stop_via_door(dep: Any, args: argparse.Namespace) -> Check:
+def _stop_via_door(dep: Deployment, args: argparse.Namespace) -> Check:
     from qwen36.verify import cloud
 
     if dep.door_url is None:
@@ -271,10 +239,13 @@ def _stop_via_door(dep: Any, args: argparse.Namespace) -> Check:
     return cloud.stop_via_door_check(entries, dep.cfg.autostop_minutes, dep.project, cloud.now_utc())
 
 
-def _wake(api: Any, dep: Any, client: Any, args: argparse.Namespace, *, stop: bool) -> Check:
+def _wake(
+    api: GroupApi, dep: Deployment, client: httpx.Client, args: argparse.Namespace, *, stop: bool
+) -> Check:
     from qwen36.verify import door_checks
 
     door, key = dep.door_url, dep.api_key or ""
+    assert door is not None
     stop_s: float | None = None
     if stop:
         held = door_checks.busy(client, door, key)
@@ -296,11 +267,12 @@ def _wake(api: Any, dep: Any, client: Any, args: argparse.Namespace, *, stop: bo
             time.sleep(args.poll_seconds)
         stop_s = time.monotonic() - started
 
-    def stopped() -> str:
-        if stop_s is None:
-            return f"{dep.group} was at 0 (idle-stopped)"
-        return f"stopped {dep.group} (resize to 0; its VM gone after {stop_s:.0f} s)"
-
+    before = (
+        f"{dep.group} was at 0 (idle-stopped)"
+        if stop_s is None
+        else f"stopped {dep.group} (resize to 0; its VM gone after {stop_s:.0f} s)"
+    )
+    # The door holds a request at most doorWakeBoundSeconds, then answers 503: a client waits longer.
     timeout = dep.cfg.door_wake_bound_seconds + 60.0
     result = door_checks.timed_requests(door, key, dep.cfg.alias, timeout)
-    return door_checks.wake_check(result, stopped=stopped, stop_s=stop_s)
+    return door_checks.wake_check(result, before=before, stop_s=stop_s)

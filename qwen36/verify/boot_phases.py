@@ -12,11 +12,16 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infra import boot_protocol, cold_start
 from infra.config import StackConfig
+from qwen36.errors import as_error
 from qwen36.verify.checks import Check, fail, ok
+
+if TYPE_CHECKING:
+    from qwen36.group import Member
+    from qwen36.status import GroupApi
 
 # startup/model.sh GCS_COMPONENTS and GCS_COMPONENT_MIB (startup/ is the VM's room): the slices
 # `gcloud storage cp` makes of the model, min(ceil(size / 256 MiB), 32). tests/verify holds them equal.
@@ -174,3 +179,41 @@ def _number(value: str | None) -> float | None:
 
 def _v(value: float | int | None) -> str:
     return "n/a" if value is None else f"{value:g}"
+
+
+@dataclass(frozen=True)
+class Serving:
+    """A member's boot as ``verify`` reads it once: its guest attributes and its serial console."""
+
+    name: str
+    zone: str
+    attributes: dict[str, str]
+    serial: list[str]
+
+    @property
+    def report(self) -> boot_protocol.Report | None:
+        value = self.attributes.get(boot_protocol.KEY_REPORT)
+        try:
+            return boot_protocol.parse_report(value) if value else None
+        except boot_protocol.ReportFormatError:
+            return None
+
+    @property
+    def boot_id(self) -> str:
+        report = self.report
+        return report.boot_id if report else ""
+
+    def check(self, name: str, cfg: StackConfig) -> Check:
+        return phases(name, self.name, self.zone, self.attributes, self.serial, cfg)
+
+
+def read_serving(api: GroupApi, member: Member) -> Serving:
+    attributes = api.guest_attributes(member)
+    try:
+        serial = api.reader.serial_tail(member.target(api.where.project), SERIAL_LINES)
+    except Exception as exc:
+        # No serial console (a 403 on getSerialPortOutput): the ECC path is then "unknown".
+        if as_error(exc) is None:
+            raise
+        serial = []
+    return Serving(member.name, member.zone, attributes, serial)

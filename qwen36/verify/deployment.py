@@ -120,12 +120,11 @@ def stack_file(stack: str, project_dir: Path) -> dict[str, Any]:
 
 def deployment(stack: str, project_dir: Path, outputs: dict[str, Any]) -> Deployment:
     document = stack_file(stack, project_dir)
-    raw = document.get("config") if isinstance(document.get("config"), dict) else {}
-    assert isinstance(raw, dict)
+    raw = _mapping(document.get("config"))
+    # A short key is in the project's namespace (https://www.pulumi.com/docs/iac/concepts/config/).
     full = {key if ":" in str(key) else f"{PROJECT}:{key}": value for key, value in raw.items()}
     cfg = parse_config(full, stack_keys=stack_file_keys(stack, project_dir))
-    autostop = outputs.get("autostop") if isinstance(outputs.get("autostop"), dict) else {}
-    assert isinstance(autostop, dict)
+    autostop = _mapping(outputs.get("autostop"))
     project = str(autostop.get("project") or full.get(GCP_PROJECT_KEY) or "").strip()
     missing = [k for k in ("region", "groupName", "modelBucket", "modelGcsUri") if not outputs.get(k)]
     if missing or not project:
@@ -152,6 +151,10 @@ def deployment(stack: str, project_dir: Path, outputs: dict[str, Any]) -> Deploy
         cfg=cfg,
         secrets=secrets.split("?")[0],
     )
+
+
+def _mapping(value: object) -> dict[str, Any]:
+    return dict(value) if isinstance(value, dict) else {}
 
 
 def second_preview(stack: str, project_dir: Path) -> Check:

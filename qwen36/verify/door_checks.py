@@ -11,7 +11,6 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +19,7 @@ import httpx
 from infra import cold_start
 from qwen36.door_probe import SERVER_FIELD, STOPPED_MESSAGE
 from qwen36.health import error_message
-from qwen36.verify.checks import DOOR_PROPS, STOP_FORGED, THINKING, WAKE, WRONG_KEY, Check, fail, ok, skip
+from qwen36.verify.checks import DOOR_PROPS, STOP_FORGED, THINKING, WAKE, WRONG_KEY, Check, fail, ok
 
 REQUEST_TIMEOUT_S = 30.0
 # The door's idle-stop endpoint (door/app.py STOP_PATH; startup/idle_watch.py DOOR_STOP_PATH):
@@ -250,7 +249,7 @@ def timed_requests(door: str, key: str, alias: str, timeout_s: float) -> WakeRes
                             timed.first_token_s = time.monotonic() - started
                     if "error" in delta:
                         timed.error = str(delta["error"])[:120]
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, ValueError) as exc:  # ValueError: a chunk that is not JSON
             timed.error = f"{type(exc).__name__}: {exc}"[:160]
         finally:
             timed.total_s = time.monotonic() - started
@@ -269,7 +268,7 @@ def timed_requests(door: str, key: str, alias: str, timeout_s: float) -> WakeRes
                 timed.error = error_message(response) or response.text[:120].strip()
             elif isinstance(usage, dict):
                 timed.tokens = int(usage.get("completion_tokens") or 0)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, ValueError) as exc:  # ValueError: a chunk that is not JSON
             timed.error = f"{type(exc).__name__}: {exc}"[:160]
         finally:
             timed.total_s = time.monotonic() - started
@@ -282,7 +281,7 @@ def timed_requests(door: str, key: str, alias: str, timeout_s: float) -> WakeRes
     return result
 
 
-def wake_check(result: WakeResult, *, stopped: Callable[[], str], stop_s: float | None) -> Check:
+def wake_check(result: WakeResult, *, before: str, stop_s: float | None) -> Check:
     """The ``wake`` line: the first token after the stop beside the cold-start model's figure."""
     phases = cold_start.ttft_after_idle_stop_phases()
     assumed = cold_start.ttft_after_idle_stop_s()
@@ -311,21 +310,17 @@ def wake_check(result: WakeResult, *, stopped: Callable[[], str], stop_s: float 
     if problems:
         return fail(
             WAKE,
-            f"{stopped()}; " + "; ".join(problems) + f" after {_s(result.whole.total_s)}",
+            f"{before}; " + "; ".join(problems) + f" after {_s(result.whole.total_s)}",
             "a 503 with Retry-After is the door's wake bound (doorWakeBoundSeconds); `qwen36 status` "
             "and `qwen36 logs --serial` show how far the boot got",
             **data,
         )
     return ok(
         WAKE,
-        f"{stopped()}; first token after {_s(result.stream.first_token_s)} ({model}); the non-streaming "
+        f"{before}; first token after {_s(result.stream.first_token_s)} ({model}); the non-streaming "
         f"answer after {_s(result.whole.total_s)}",
         **data,
     )
-
-
-def wake_skipped(why: str, rerun: str = "") -> Check:
-    return skip(WAKE, why, rerun)
 
 
 def _s(value: float | None) -> str:
