@@ -13,13 +13,14 @@ made by the door. Then the whole record as JSON (``verify.schema.json``). Exit 0
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qwen36.argtypes import positive_float, writable_file
+from qwen36.argtypes import STDOUT, positive_float, writable_file
 from qwen36.errors import CAUSES, Exit, LocalIOError, as_error
 from qwen36.verify.checks import (
     BOOT,
@@ -101,16 +102,22 @@ def run(args: argparse.Namespace) -> int:
     project_dir = args.project_dir or Path.cwd()
     checks: list[Check] = []
 
+    # With the record on stdout, the lines go to stderr so that stdout stays one JSON document.
+    lines = sys.stderr if args.json == STDOUT else sys.stdout
+
+    def say(text: str) -> None:
+        print(text, file=lines, flush=True)
+
     def emit(check: Check) -> Check:
         checks.append(check)
-        print(check.line(), flush=True)
+        say(check.line())
         return check
 
-    print(f"verify: stack {args.stack}", flush=True)
+    say(f"verify: stack {args.stack}")
     outputs, reached = deployment.read_outputs(args.stack, project_dir)
     emit(reached)
     dep = deployment.deployment(args.stack, project_dir, outputs)
-    print(f"verify: {dep.project} {dep.region} group {dep.group}; door {dep.door_url or 'none'}", flush=True)
+    say(f"verify: {dep.project} {dep.region} group {dep.group}; door {dep.door_url or 'none'}")
     emit(guarded("preview", lambda: deployment.second_preview(args.stack, project_dir)))
     api = GroupApi(Where(dep.project, dep.region, dep.group), args.compute_endpoint, args.anonymous)
     door, key, alias = dep.door_url, dep.api_key or "", dep.cfg.alias
@@ -141,7 +148,9 @@ def run(args: argparse.Namespace) -> int:
             emit(skip(DOOR_PROPS, no_door))
             emit(skip(THINKING, no_door))
         elif not running:
-            why = "the group is at 0 (idle-stopped) and --no-wake keeps it there"
+            why = "the group is at 0 (idle-stopped) and " + (
+                "the wake did not bring it up" if woke_first else "--no-wake keeps it there"
+            )
             rerun = "`qwen36 wake --stack " + dep.stack + "`, then `qwen36 verify --no-wake`"
             emit(skip(DOOR_PROPS, why, rerun))
             emit(skip(THINKING, why, rerun))
@@ -182,10 +191,7 @@ def run(args: argparse.Namespace) -> int:
         where = record.write(doc, args.json)
     except OSError as exc:
         raise LocalIOError(f"could not write the record ({exc})") from None
-    print(
-        f"result: {counts['ok']} ok, {counts['FAIL']} FAIL, {counts['skip']} skip; record: {where}",
-        flush=True,
-    )
+    say(f"result: {counts['ok']} ok, {counts['FAIL']} FAIL, {counts['skip']} skip; record: {where}")
     return int(code)
 
 

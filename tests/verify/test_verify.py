@@ -221,9 +221,13 @@ def test_without_a_door(env: World, capsys: pytest.CaptureFixture[str], tmp_path
         config={"qwen36-mtp-l4:door": "false"},
         outputs={"apiBaseUrl": "http://localhost:8080/v1", "webUiUrl": "http://localhost:8080/"},
     )  # fmt: skip
-    rc, out, doc = run(world, capsys, tmp_path)
-    found = lines(out)
+    # The record to stdout (one JSON document), the lines to stderr.
+    rc = main(world.argv("--json", "-"))
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    jsonschema.validate(doc, json.loads(SCHEMA_FILE.read_text()))
+    found = lines(captured.err)
     skipped = ["wrong-key", "stop-forged", "stop-via-door", "door-props", "thinking", "wake", "wake-boot"]
-    assert {k: v for k, v in states(found).items() if v == "skip"} == dict.fromkeys(skipped, "skip"), out
+    assert {k: v for k, v in states(found).items() if v == "skip"} == dict.fromkeys(skipped, "skip"), captured.err
     assert all("door: false" in found[name] for name in skipped)
     assert rc == 0 and doc["door_url"] is None
