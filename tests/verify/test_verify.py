@@ -232,3 +232,56 @@ def test_without_a_door(env: World, capsys: pytest.CaptureFixture[str], tmp_path
     assert skips == dict.fromkeys(skipped, "skip"), captured.err
     assert all("door: false" in found[name] for name in skipped)
     assert rc == 0 and doc["door_url"] is None
+
+
+def test_a_door_that_refuses_the_stacks_key_fails_door_props(
+    env: World, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    world = env
+    current = member_vm("qwen36-dev-x1b2", "us-central1-b", ready_report("boot-1", OLD), ECC_RESET)
+    world.stage(
+        running=True,
+        current=current,
+        verdict=verdict_doc("boot boot-1"),
+        outputs={"apiKey": "not-the-door-key"},
+    )
+    rc, out, _ = run(world, capsys, tmp_path, "--no-wake")
+    found = lines(out)
+    assert (
+        states(found)["door-props"] == "FAIL" and "refuses the stack's API key (401)" in found["door-props"]
+    )
+    assert states(found)["thinking"] == "FAIL" and "got 401" in found["thinking"]
+    assert rc == 1
+
+
+def test_a_stop_the_api_refuses_fails_the_wake(
+    env: World, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The deployer may not resize the group (403 on regionInstanceGroupManagers.resize): the wake's
+    FAIL line says so, and the server keeps running."""
+    world = env
+    current = member_vm("qwen36-dev-x1b2", "us-central1-b", ready_report("boot-1", OLD), ECC_RESET)
+    world.stage(running=True, current=current, verdict=verdict_doc("boot boot-1"))
+    world.group.resize_failures = [403]
+    rc, out, doc = run(world, capsys, tmp_path)
+    found = lines(out)
+    assert states(found)["wake"] == "FAIL" and "(403)" in found["wake"], out
+    assert states(found)["wake-boot"] == "skip" and "(FAIL)" in found["wake-boot"]
+    assert world.group.state().target_size == 1 and world.member.server is not None
+    assert rc == 1 and doc["exit_code"] == 1
+
+
+def test_a_woken_boot_without_figures_fails_wake_boot(
+    env: World, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    world = env
+    current = member_vm("qwen36-dev-x1b2", "us-central1-b", ready_report("boot-1", OLD), ECC_RESET)
+    bare = "ready 2026-12-01T09:00:00Z boot-5 llama-server healthy 60 s after boot"
+    woken = member_vm("qwen36-dev-w0k3", "us-central1-c", bare, ECC_REBOOT)
+    world.stage(running=True, current=current, woken=woken, verdict=verdict_doc("boot boot-1"))
+    rc, out, _ = run(world, capsys, tmp_path)
+    found = lines(out)
+    assert states(found)["wake"] == "ok", out
+    assert states(found)["wake-boot"] == "FAIL" and "boot-5" not in found["boot"]
+    assert "carries no figures" in found["wake-boot"] and "pulumi up" in found["wake-boot"]
+    assert rc == 1
