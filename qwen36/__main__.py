@@ -35,6 +35,7 @@ COMMANDS = (
     "qwen36.status",
     "qwen36.check",
     "qwen36.keys",
+    "qwen36.verify",
 )
 
 

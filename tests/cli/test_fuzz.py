@@ -181,5 +181,6 @@ def test_the_fuzzed_parsers_are_all_the_commands() -> None:
         "keys add",
         "keys rotate",
         "keys revoke",
+        "verify",
     }
     assert all(FLAGS[c] for c in COMMANDS)
