@@ -27,13 +27,30 @@ import httpx
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse
 from starlette.types import Receive, Scope, Send
 
-from door import auth, pages
+from door import auth, pages, policy
 from door.config import MAX_REQUEST_BYTES, Settings
 from door.gce import Compute, GceError, Metadata
 from door.idtoken import TokenError, Verifier
 from door.metrics import MonitoringWriter, Recorder, RequestRecord
-from door.policy import LOGIN_PATH, RECENT_PATH, STOP_PATH, STREAM_LOOKUP, blocked, navigation, route_of
-from door.proxy import ClientGone, Exchange, cancel_on_disconnect, openai_error, read_body, wants_stream
+from door.policy import (
+    LOGIN_PATH,
+    RECENT_PATH,
+    STOP_PATH,
+    STREAM_LOOKUP,
+    allowed,
+    canonical,
+    navigation,
+    route_of,
+)
+from door.proxy import (
+    ClientGone,
+    Exchange,
+    cancel_on_disconnect,
+    openai_error,
+    read_body,
+    upstream_url,
+    wants_stream,
+)
 from door.upstream import Upstream
 
 log = logging.getLogger("qwen36.door")
@@ -128,7 +145,16 @@ class Door:
         if scope["type"] != "http":
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        method, path = scope["method"], scope["path"]
+        method = scope["method"]
+        # Every decision below is made on the path as llama-server would see it (door/policy.py).
+        path = canonical(scope.get("raw_path") or scope["path"].encode("utf-8"))
+        if path is None:
+            path = scope["path"]
+            if not self.keys.allows(headers):
+                await self._unauthorized(method, path, headers, scope, receive, send)
+            else:
+                await self._not_served(method, path, scope, receive, send)
+            return
         if path == "/health" and method == "GET":
             await self._health(headers, scope, receive, send)
         elif path == STOP_PATH and method == "POST":
@@ -244,16 +270,26 @@ class Door:
 
     # --- the proxy --------------------------------------------------------------------------
 
+    async def _not_served(self, method: str, path: str, scope: Scope, receive: Receive, send: Send) -> None:
+        await JSONResponse(
+            openai_error(404, f"{method} {path[:200]} is not served through the door", "not_found_error"), 404
+        )(scope, receive, send)
+        self.recorder.request(RequestRecord(route_of(method, path), False, 404, arrived=self.wall()))
+
     async def _proxy(
         self, method: str, path: str, headers: dict[str, str], scope: Scope, receive: Receive, send: Send
     ) -> None:
         assert self.upstream is not None
         route = route_of(method, path)
-        if blocked(method, path):
+        if not allowed(method, path):
+            await self._not_served(method, path, scope, receive, send)
+            return
+        try:
+            upstream_url("http://127.0.0.1", path, scope.get("query_string", b""))
+        except (ValueError, httpx.InvalidURL):
             await JSONResponse(
-                openai_error(404, f"{path} is not served through the door", "not_found_error"), 404
+                openai_error(400, "the query cannot be passed on", "invalid_request_error"), 400
             )(scope, receive, send)
-            self.recorder.request(RequestRecord(route, False, 404, arrived=self.wall()))
             return
         if path == STREAM_LOOKUP and method == "POST":
             # The door turns resumable streams off, so none is ever live: the UI reads [] as "nothing
@@ -270,7 +306,7 @@ class Door:
         stream = method == "POST" and wants_stream(body)
         record = RequestRecord(route, stream, arrived=self.wall())
         exchange = Exchange(self, method, path, scope, headers, body, record, send)
-        wakes = method == "POST" or navigation(method, headers)
+        wakes = policy.wakes(method, path, headers)
         self.busy += 1
         try:
             async with cancel_on_disconnect(receive):

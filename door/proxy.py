@@ -350,10 +350,12 @@ class Exchange:
     async def _forward(self, url: str) -> None:
         client = self.door.upstream_client
         assert client is not None
-        query = self.scope.get("query_string", b"").decode("latin-1")
-        target = f"{url}{self.path}" + (f"?{query}" if query else "")
         request = client.build_request(
-            self.method, target, headers=self._upstream_headers(), content=self.body, timeout=UPSTREAM_TIMEOUT
+            self.method,
+            upstream_url(url, self.path, self.scope.get("query_string", b"")),
+            headers=self._upstream_headers(),
+            content=self.body,
+            timeout=UPSTREAM_TIMEOUT,
         )
         sent = self.door.clock()
         try:
@@ -439,6 +441,15 @@ class Exchange:
         headers = [*_headers(response), (b"content-length", str(len(body)).encode())]
         await self.send({"type": "http.response.start", "status": response.status_code, "headers": headers})
         await self.send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def upstream_url(base: str, path: str, query: bytes) -> httpx.URL:
+    """The member's URL for ``path`` (policy.canonical's answer, the path the policy allowed) with the
+    client's query as sent; refuses one whose path would come out other than the one checked."""
+    url = httpx.URL(base).copy_with(path=path, query=query or None)
+    if url.raw_path.partition(b"?")[0] != path.encode("ascii"):
+        raise ValueError(f"the upstream path of {path!r} would be {url.raw_path!r}")
+    return url
 
 
 def _headers(response: httpx.Response) -> list[tuple[bytes, bytes]]:

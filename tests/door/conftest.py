@@ -189,7 +189,8 @@ def make_world(
     tiny_mtp_model_agreeing: Path, door_key_file: Path, llama_server_bin: Path, signer: Signer
 ) -> Iterator[WorldFactory]:
     """``make_world(size=0, boot_s=1.0, **door_env)``: the group at ``size`` (at 1 the member is up
-    before the door starts), the door started with the settings the test names."""
+    before the door starts), the door started with the settings the test names; ``server_flags`` are
+    added to llama-server's product arguments."""
     stack: list[Callable[[], None]] = []
 
     def make(
@@ -198,6 +199,7 @@ def make_world(
         command: list[str] | None = None,
         cwd: Path | None = None,
         binary: Path | None = None,
+        server_flags: tuple[str, ...] = (),
         **door_env: str,
     ) -> World:
         llama_port = free_port()
@@ -207,7 +209,7 @@ def make_world(
             api_key_file=str(door_key_file),
             host="127.0.0.1",
             port=llama_port,
-        )
+        ) + list(server_flags)
         member = Member(args, binary or llama_server_bin, llama_port, boot_s)
         stack.append(member.close)
         relay = Relay(llama_port)
