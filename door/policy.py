@@ -39,9 +39,14 @@ INFERENCE_POSTS = frozenset(
         "/chat/completions/input_tokens", "/v1/responses/input_tokens", "/v1/audio/transcriptions",
     }
 )  # fmt: skip
-# What the web UI reads: its page and service worker, and its read-only GETs (/props, the model
-# list, the health it polls). Served while the server is up; a page navigation also wakes it.
-READ_GETS = frozenset({"/", "/index.html", "/sw.js", "/favicon.ico", "/props", *MODEL_LISTS, "/v1/health"})
+# What the web UI reads (its requests in headless Chromium, tests/door/test_door_web_ui.py): its
+# page, service worker, icon and build files, and its read-only GETs (/props, the model list, the
+# health). Served while the server is up; a page navigation also wakes it.
+READ_GETS = frozenset(
+    {"/", "/index.html", "/sw.js", "/favicon.svg", "/favicon.ico", "/props", *MODEL_LISTS, "/v1/health"}
+)
+# The UI's build output (SvelteKit's content-hashed bundles), static files only.
+ASSET_PREFIX = "/_app/immutable/"
 PAGES = frozenset({"/", "/index.html"})
 # The door answers this one itself (resumable streams are off through the door: proxy.py).
 DOOR_POSTS = frozenset({STREAM_LOOKUP})
@@ -75,7 +80,7 @@ def allowed(method: str, path: str) -> bool:
     """``path`` is ``canonical``'s answer."""
     if method == "POST":
         return path in INFERENCE_POSTS or path in DOOR_POSTS
-    return method == "GET" and path in READ_GETS
+    return method == "GET" and (path in READ_GETS or path.startswith(ASSET_PREFIX))
 
 
 def wakes(method: str, path: str, headers: dict[str, str]) -> bool:
