@@ -31,6 +31,9 @@ from door import auth, pages, policy
 from door.config import MAX_REQUEST_BYTES, Settings
 from door.gce import Compute, GceError, Metadata
 from door.idtoken import TokenError, Verifier
+from door.keys import KeyStore, KeyUnreadable, SecretManager
+from door.keyset import DEFAULT
+from door.limits import Limiter
 from door.metrics import MonitoringWriter, Recorder, RequestRecord
 from door.policy import (
     LOGIN_PATH,
@@ -65,7 +68,15 @@ class Door:
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.s = settings
-        self.keys = auth.KeyCheck(settings.api_key)
+        self.keys = KeyStore(
+            plain_key=settings.api_key,
+            key_secret=settings.api_key_secret,
+            set_secret=settings.keys_secret,
+            secrets=None,
+            max_age_s=settings.keys_cache_s,
+            clock=clock,
+        )
+        self.limiter = Limiter(clock)
         self.clock = clock
         self.wall = wall
         self.recorder = Recorder(settings.metrics_interval_s, clock=wall)
@@ -73,6 +84,8 @@ class Door:
         self.stopping: asyncio.Event | None = None
         self.api: httpx.AsyncClient | None = None
         self.upstream_client: httpx.AsyncClient | None = None
+        self.fresh_client: httpx.AsyncClient | None = None
+        self.reconnects = 0
         self.upstream: Upstream | None = None
         self.verifier: Verifier | None = None
         self.writer: MonitoringWriter | None = None
@@ -85,11 +98,19 @@ class Door:
     async def startup(self) -> None:
         # trust_env=False: no proxy variables from the environment between the door and Google or the VM.
         self.api = httpx.AsyncClient(trust_env=False)
+        # An idle connection is dropped before llama-server's own keep-alive timeout (5 s) closes
+        # it, so a request seldom meets a connection the server is closing; one that does is retried
+        # on fresh_client, which keeps no connection (proxy.Exchange._send_upstream).
         self.upstream_client = httpx.AsyncClient(
-            trust_env=False, limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+            trust_env=False,
+            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=4.0),
+        )
+        self.fresh_client = httpx.AsyncClient(
+            trust_env=False, limits=httpx.Limits(max_keepalive_connections=0)
         )
         self.metadata = Metadata(self.api, self.s.metadata_url)
         self.compute = Compute(self.api, self.metadata, self.s.compute_url, self.s.group_path)
+        self.keys.secrets = SecretManager(self.api, self.metadata, self.s.secret_manager_url)
         self.upstream = Upstream(self.s, self.compute, self.upstream_client, self.recorder, clock=self.clock)
         self.verifier = Verifier(
             self._fetch_certs, audiences=self.s.stop_audiences, service_account=self.s.stop_service_account
@@ -109,7 +130,7 @@ class Door:
             self.recorder.close_window()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.writer.flush(), 5.0)
-        for client in (self.api, self.upstream_client):
+        for client in (self.api, self.upstream_client, self.fresh_client):
             if client is not None:
                 await client.aclose()
 
@@ -148,25 +169,29 @@ class Door:
         method = scope["method"]
         # Every decision below is made on the path as llama-server would see it (door/policy.py).
         path = canonical(scope.get("raw_path") or scope["path"].encode("utf-8"))
-        if path is None:
-            path = scope["path"]
-            if not self.keys.allows(headers):
-                await self._unauthorized(method, path, headers, scope, receive, send)
-            else:
-                await self._not_served(method, path, scope, receive, send)
-            return
         if path == "/health" and method == "GET":
             await self._health(headers, scope, receive, send)
-        elif path == STOP_PATH and method == "POST":
+            return
+        if path == STOP_PATH and method == "POST":
             await self._idle_stop(headers, scope, receive, send)
-        elif path == LOGIN_PATH and method == "POST":
+            return
+        if path == LOGIN_PATH and method == "POST":
             await self._login(headers, scope, receive, send)
-        elif not self.keys.allows(headers):
-            await self._unauthorized(method, path, headers, scope, receive, send)
+            return
+        shown = scope["path"] if path is None else path
+        try:
+            name = await self.keys.identify(headers)
+        except KeyUnreadable as exc:
+            await self._keys_unreadable(method, shown, str(exc), scope, receive, send)
+            return
+        if name is None:
+            await self._unauthorized(method, shown, headers, scope, receive, send)
         elif path == RECENT_PATH and method == "GET":
-            await self._recent(scope, receive, send)
+            await self._recent(name, scope, receive, send)
+        elif path is None or not allowed(method, path):
+            await self._not_served(method, shown, name, scope, receive, send)
         else:
-            await self._proxy(method, path, headers, scope, receive, send)
+            await self._proxy(name, method, path, headers, scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -189,43 +214,65 @@ class Door:
         """Always 200 while the door runs; looks at nothing, so it wakes nothing. With the key it also
         says what the door last knew of the server."""
         body: dict[str, Any] = {"status": "ok"}
-        if self.keys.allows(headers) and self.upstream is not None:
+        try:
+            name = await self.keys.identify(headers)
+        except KeyUnreadable:
+            name = None
+        if name is not None and self.upstream is not None:
             body.update(server=self.upstream.state(), busy=self.busy, resizes=self.upstream.resizes)
         await JSONResponse(body)(scope, receive, send)
 
-    async def _recent(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _recent(self, name: str, scope: Scope, receive: Receive, send: Send) -> None:
+        """The door's recent requests: all of them for the program's key, a named key's own otherwise
+        (no key's name reaches another key's holder)."""
+        records = [r for r in self.recorder.recent if name == DEFAULT or r.get("key") == name]
         body = {
-            "requests": list(self.recorder.recent),
+            "requests": records,
             "wakes": list(self.recorder.recent_wakes),
             "server": self.upstream.state() if self.upstream else "unknown",
             "resizes": self.upstream.resizes if self.upstream else 0,
             "stops": self.stops,
+            "reconnects": self.reconnects,
             "busy": self.busy,
         }
         await JSONResponse(body)(scope, receive, send)
 
     async def _login(self, headers: dict[str, str], scope: Scope, receive: Receive, send: Send) -> None:
+        """The key page's form: any valid key opens the UI, with a session cookie naming that key."""
         body = await read_body(receive, 64 * 1024)
         key = (parse_qs((body or b"").decode("utf-8", "replace")).get("key") or [""])[0].strip()
-        if not key or not self.keys.key_matches(key):
+        try:
+            state = await self.keys.state()
+        except KeyUnreadable:
+            page = pages.key_page("The door cannot read its keys yet; try again in a minute.")
+            headers_out = {"Retry-After": str(self.s.retry_after_s)}
+            await HTMLResponse(page, status_code=503, headers=headers_out)(scope, receive, send)
+            return
+        name = state.match(key) if key else None
+        if name is None:
             await HTMLResponse(pages.key_page("That is not the key."), status_code=401)(scope, receive, send)
             return
         response = RedirectResponse("/", status_code=303)
         secure = headers.get("x-forwarded-proto", scope.get("scheme", "http")) == "https"
         response.set_cookie(
-            auth.COOKIE,
-            auth.cookie_value(self.s.api_key),
-            httponly=True,
-            secure=secure,
-            samesite="strict",
-            path="/",
+            auth.COOKIE, state.cookie(name), httponly=True, secure=secure, samesite="strict", path="/"
         )
         await response(scope, receive, send)
+
+    async def _keys_unreadable(
+        self, method: str, path: str, why: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """A keyed request while the door cannot read its keys (a new grant still propagating)."""
+        self.recorder.request(RequestRecord(route_of(method, path), False, 503, arrived=self.wall(), key="-"))
+        error = openai_error(503, f"the door cannot check keys yet: {why}; retry", "unavailable_error")
+        error["error"]["code"] = "door_key_unreadable"
+        headers = {"Retry-After": str(self.s.retry_after_s)}
+        await JSONResponse(error, 503, headers=headers)(scope, receive, send)
 
     async def _unauthorized(
         self, method: str, path: str, headers: dict[str, str], scope: Scope, receive: Receive, send: Send
     ) -> None:
-        self.recorder.request(RequestRecord(route_of(method, path), False, 401, arrived=self.wall()))
+        self.recorder.request(RequestRecord(route_of(method, path), False, 401, arrived=self.wall(), key="-"))
         if navigation(method, headers):
             await HTMLResponse(pages.key_page(), status_code=401)(scope, receive, send)
             return
@@ -270,20 +317,28 @@ class Door:
 
     # --- the proxy --------------------------------------------------------------------------
 
-    async def _not_served(self, method: str, path: str, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _not_served(
+        self, method: str, path: str, name: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
         await JSONResponse(
             openai_error(404, f"{method} {path[:200]} is not served through the door", "not_found_error"), 404
         )(scope, receive, send)
-        self.recorder.request(RequestRecord(route_of(method, path), False, 404, arrived=self.wall()))
+        self.recorder.request(
+            RequestRecord(route_of(method, path), False, 404, arrived=self.wall(), key=name)
+        )
 
     async def _proxy(
-        self, method: str, path: str, headers: dict[str, str], scope: Scope, receive: Receive, send: Send
+        self,
+        name: str,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        scope: Scope,
+        receive: Receive,
+        send: Send,
     ) -> None:
         assert self.upstream is not None
         route = route_of(method, path)
-        if not allowed(method, path):
-            await self._not_served(method, path, scope, receive, send)
-            return
         try:
             upstream_url("http://127.0.0.1", path, scope.get("query_string", b""))
         except (ValueError, httpx.InvalidURL):
@@ -304,8 +359,19 @@ class Door:
             )
             return
         stream = method == "POST" and wants_stream(body)
-        record = RequestRecord(route, stream, arrived=self.wall())
-        exchange = Exchange(self, method, path, scope, headers, body, record, send)
+        record = RequestRecord(route, stream, arrived=self.wall(), key=name)
+        state = await self.keys.state()
+        limits = state.limits(name)
+        refused = self.limiter.admit(name, limits)
+        if refused is not None:
+            retry_after, why = refused
+            record.status = 429
+            self.recorder.request(record)
+            message = f"this key's limit is {why}: retry after {retry_after} s"
+            error = openai_error(429, message, "rate_limit_error", "rate_limit_exceeded")
+            await JSONResponse(error, 429, headers={"Retry-After": str(retry_after)})(scope, receive, send)
+            return
+        exchange = Exchange(self, method, path, scope, headers, body, record, send, state.program)
         wakes = policy.wakes(method, path, headers)
         self.busy += 1
         try:
@@ -317,6 +383,7 @@ class Door:
                 record.hold_s, record.hold_outcome = self.clock() - exchange.holding_since, "gone"
         finally:
             self.busy -= 1
+            self.limiter.release(name, limits, (record.tokens_in or 0) + (record.tokens_out or 0))
             record.total_s = self.clock() - exchange.t0
             if record.status:
                 self.recorder.request(record)

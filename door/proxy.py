@@ -21,11 +21,12 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
 from door import pages
+from door.assemble import Assembler, streamed_body
 from door.config import MAX_RESPONSE_BYTES, Settings
 from door.gce import GceError
 from door.metrics import RequestRecord
 from door.policy import MODEL_LISTS, navigation
-from door.upstream import ASLEEP, Upstream
+from door.upstream import ASLEEP, GRANT_PENDING, Upstream
 
 
 class Door(Protocol):
@@ -36,6 +37,8 @@ class Door(Protocol):
     stopping: asyncio.Event | None
     upstream: Upstream | None
     upstream_client: httpx.AsyncClient | None
+    fresh_client: httpx.AsyncClient | None
+    reconnects: int
 
 
 # Request headers that never go upstream: hop-by-hop ones (RFC 9110 section 7.6.1), the client's
@@ -59,9 +62,10 @@ UPSTREAM_TIMEOUT = httpx.Timeout(connect=5.0, read=3600.0, write=60.0, pool=10.0
 WAKING_REFRESH_S = 5
 
 
-def openai_error(status: int, message: str, kind: str) -> dict[str, Any]:
-    # The shape llama-server and OpenAI answer errors in: {"error": {"message", "type", "code"}}.
-    return {"error": {"message": message, "type": kind, "code": status}}
+def openai_error(status: int, message: str, kind: str, code: str | None = None) -> dict[str, Any]:
+    # The shape llama-server and OpenAI answer errors in: {"error": {"message", "type", "code"}};
+    # llama-server's code is the status, OpenAI's a string where one names the case.
+    return {"error": {"message": message, "type": kind, "code": status if code is None else code}}
 
 
 class SseScan:
@@ -199,11 +203,16 @@ class Exchange:
         body: bytes,
         record: RequestRecord,
         send: Send,
+        upstream_key: str,
     ) -> None:
         self.door = door
         self.s = door.s
         self.method, self.path, self.scope = method, path, scope
         self.headers, self.body, self.record, self._send = headers, body, record, send
+        # A non-streaming chat or completion goes upstream as a stream, so a client going away
+        # cancels it at llama-server's next token (door/assemble.py says why).
+        self.streamed = streamed_body(path, body) if method == "POST" and not record.stream else None
+        self.upstream_key = upstream_key
         self.t0 = door.clock()
         self.deadline = self.t0 + self.s.wake_bound_s
         self.holding_since: float | None = None
@@ -220,7 +229,7 @@ class Exchange:
 
     def _upstream_headers(self) -> dict[str, str]:
         out = {k: v for k, v in self.headers.items() if k not in DROP_REQUEST}
-        out["authorization"] = f"Bearer {self.s.api_key}"
+        out["authorization"] = f"Bearer {self.upstream_key}"
         return out
 
     # A request that may wake the server.
@@ -259,12 +268,19 @@ class Exchange:
             self.record.status = 200
             await self.respond(JSONResponse(models))
             return
+        if probe.state == GRANT_PENDING:
+            await self._grant_pending()
+            return
         message = (
             "the server is stopped while idle; a completion request wakes it"
             if probe.state == ASLEEP
             else "the server is starting"
         )
         await self._fail(503, message, "unavailable_error")
+
+    async def _grant_pending(self) -> None:
+        message = "the door's account cannot reach the server's group yet (a new grant); retry"
+        await self._fail(503, message, "unavailable_error", retry_after=True, code="door_grant_pending")
 
     async def _await_server(self) -> str | None:
         """The server's URL, holding the request while it starts; None when an answer was sent."""
@@ -300,6 +316,9 @@ class Exchange:
             return None
         except (TimeoutError, GceError, httpx.HTTPError) as exc:
             self.record.hold_s, self.record.hold_outcome = self.door.clock() - self.t0, "failed"
+            if isinstance(exc, GceError) and exc.status == 403:
+                await self._grant_pending()
+                return None
             await self._fail(
                 503, f"the server could not be started: {exc}", "unavailable_error", retry_after=True
             )
@@ -333,9 +352,11 @@ class Exchange:
             if self.door.clock() >= self.deadline:
                 raise _Bound()
 
-    async def _fail(self, status: int, message: str, kind: str, *, retry_after: bool = False) -> None:
+    async def _fail(
+        self, status: int, message: str, kind: str, *, retry_after: bool = False, code: str | None = None
+    ) -> None:
         self.record.status = status
-        error = openai_error(status, message, kind)
+        error = openai_error(status, message, kind, code)
         if self.sse_started:
             await self._end_with_event(error)
             return
@@ -347,27 +368,41 @@ class Exchange:
         event = b"data: " + json.dumps(error).encode() + b"\n\n"
         await self.send({"type": "http.response.body", "body": event, "more_body": False})
 
+    async def _send_upstream(self, url: str) -> tuple[httpx.Response, float]:
+        """The upstream answer's head. llama-server b11434 sometimes closes a kept-alive connection
+        as the next request arrives on it (its keep-alive timeout is 5 s: ``Keep-Alive: timeout=5``),
+        which reads as a disconnect or a reset before any answer: that is retried once on a fresh
+        connection (a client that keeps none), before the door looks at the group again."""
+        clients = (self.door.upstream_client, self.door.fresh_client)
+        for attempt, client in enumerate(clients):
+            assert client is not None
+            request = client.build_request(
+                self.method,
+                upstream_url(url, self.path, self.scope.get("query_string", b"")),
+                headers=self._upstream_headers(),
+                content=self.streamed if self.streamed is not None else self.body,
+                timeout=UPSTREAM_TIMEOUT,
+            )
+            sent = self.door.clock()
+            try:
+                return await client.send(request, stream=True), sent
+            except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+                if attempt == 0:
+                    self.door.reconnects += 1
+                    continue
+                raise _Unreachable(str(exc)) from exc
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                raise _Unreachable(str(exc)) from exc
+        raise AssertionError("unreachable")
+
     async def _forward(self, url: str) -> None:
-        client = self.door.upstream_client
-        assert client is not None
-        request = client.build_request(
-            self.method,
-            upstream_url(url, self.path, self.scope.get("query_string", b"")),
-            headers=self._upstream_headers(),
-            content=self.body,
-            timeout=UPSTREAM_TIMEOUT,
-        )
-        sent = self.door.clock()
+        response, sent = await self._send_upstream(url)
         try:
-            response = await client.send(request, stream=True)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
-            raise _Unreachable(str(exc)) from exc
-        try:
-            if self.sse_started:
+            if self.streamed is not None and _is_sse(response):
+                await self._pass_assembled(response)
+            elif self.sse_started:
                 await self._stream_into_sse(response, sent)
-            elif self.record.stream and response.headers.get("content-type", "").startswith(
-                "text/event-stream"
-            ):
+            elif self.record.stream and _is_sse(response):
                 await self.send(
                     {
                         "type": "http.response.start",
@@ -420,6 +455,44 @@ class Exchange:
             _apply_timings(self.record, scan.timings)
         await self.send({"type": "http.response.body", "body": b"", "more_body": False})
 
+    async def _pass_assembled(self, response: httpx.Response) -> None:
+        """The stream asked for in the client's place, answered as one JSON body."""
+        assembler = Assembler(self.path)
+        first: float | None = None
+        buffer = b""
+        try:
+            async for chunk in response.aiter_raw():
+                buffer += chunk
+                if len(buffer) > MAX_RESPONSE_BYTES:
+                    raise httpx.ReadError("the answer is larger than the door passes whole")
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if not line.startswith(b"data: {"):
+                        continue
+                    with contextlib.suppress(ValueError):
+                        event = json.loads(line[6:])
+                        assembler.feed(event)
+                        if first is None and _has_token(event):
+                            first = self.door.clock()
+        except httpx.HTTPError as exc:
+            assert self.door.upstream is not None
+            self.door.upstream.invalidate()
+            await self._fail(502, f"the server went away mid-answer ({type(exc).__name__})", "server_error")
+            return
+        status, body = assembler.answer()
+        self.record.status = status
+        _apply_timings(self.record, assembler.timings)
+        if first is not None:
+            self.record.ttft_s = first - self.t0
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        headers = [
+            *((k, v) for k, v in _headers(response) if k not in (b"content-type", b"x-accel-buffering")),
+            (b"content-type", b"application/json; charset=utf-8"),
+            (b"content-length", str(len(data)).encode()),
+        ]
+        await self.send({"type": "http.response.start", "status": status, "headers": headers})
+        await self.send({"type": "http.response.body", "body": data, "more_body": False})
+
     async def _pass_whole(self, response: httpx.Response, sent: float) -> None:
         try:
             body = await _read_limited(response)
@@ -450,6 +523,12 @@ def upstream_url(base: str, path: str, query: bytes) -> httpx.URL:
     if url.raw_path.partition(b"?")[0] != path.encode("ascii"):
         raise ValueError(f"the upstream path of {path!r} would be {url.raw_path!r}")
     return url
+
+
+def _is_sse(response: httpx.Response) -> bool:
+    return response.status_code == 200 and response.headers.get("content-type", "").startswith(
+        "text/event-stream"
+    )
 
 
 def _headers(response: httpx.Response) -> list[tuple[bytes, bytes]]:
