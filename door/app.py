@@ -31,7 +31,7 @@ from door import auth, pages, policy
 from door.config import MAX_REQUEST_BYTES, Settings
 from door.gce import Compute, GceError, Metadata
 from door.idtoken import TokenError, Verifier
-from door.keys import KeyStore, KeyUnreadable, SecretManager
+from door.keys import KeyState, KeyStore, KeyUnreadable, SecretManager
 from door.keyset import DEFAULT
 from door.limits import Limiter
 from door.metrics import MonitoringWriter, Recorder, RequestRecord
@@ -180,18 +180,20 @@ class Door:
             return
         shown = scope["path"] if path is None else path
         try:
-            name = await self.keys.identify(headers)
+            found = await self.keys.identify(headers)
         except KeyUnreadable as exc:
             await self._keys_unreadable(method, shown, str(exc), scope, receive, send)
             return
-        if name is None:
+        if found is None:
             await self._unauthorized(method, shown, headers, scope, receive, send)
-        elif path == RECENT_PATH and method == "GET":
+            return
+        name, state = found
+        if path == RECENT_PATH and method == "GET":
             await self._recent(name, scope, receive, send)
         elif path is None or not allowed(method, path):
             await self._not_served(method, shown, name, scope, receive, send)
         else:
-            await self._proxy(name, method, path, headers, scope, receive, send)
+            await self._proxy(name, state, method, path, headers, scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -215,10 +217,10 @@ class Door:
         says what the door last knew of the server."""
         body: dict[str, Any] = {"status": "ok"}
         try:
-            name = await self.keys.identify(headers)
+            found = await self.keys.identify(headers)
         except KeyUnreadable:
-            name = None
-        if name is not None and self.upstream is not None:
+            found = None
+        if found is not None and self.upstream is not None:
             body.update(server=self.upstream.state(), busy=self.busy, resizes=self.upstream.resizes)
         await JSONResponse(body)(scope, receive, send)
 
@@ -330,6 +332,7 @@ class Door:
     async def _proxy(
         self,
         name: str,
+        state: KeyState,
         method: str,
         path: str,
         headers: dict[str, str],
@@ -360,7 +363,6 @@ class Door:
             return
         stream = method == "POST" and wants_stream(body)
         record = RequestRecord(route, stream, arrived=self.wall(), key=name)
-        state = await self.keys.state()
         limits = state.limits(name)
         refused = self.limiter.admit(name, limits)
         if refused is not None:

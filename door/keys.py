@@ -217,15 +217,14 @@ class KeyStore:
             return state
         raise KeyUnreadable(self._problem or "the keys could not be read")
 
-    async def identify(self, headers: Mapping[str, str]) -> str | None:
-        """The name of the key the request came with (a header or the session cookie), or None.
-        Raises ``KeyUnreadable`` for a request that presents something while the keys are unknown."""
+    async def identify(self, headers: Mapping[str, str]) -> tuple[str, KeyState] | None:
+        """The name of the key the request came with (a header or the session cookie) and the keys
+        it was checked against, or None. Raises ``KeyUnreadable`` for a request that presents
+        something while the keys are unknown."""
         key = auth.presented_key(headers)
         cookie = auth.cookie_from(headers)
         if key is None and cookie is None:
             return None
         state = await self.state()
-        if key is not None:
-            return state.match(key)
-        assert cookie is not None
-        return state.from_cookie(cookie)
+        name = state.match(key) if key is not None else state.from_cookie(cookie or "")
+        return None if name is None else (name, state)
