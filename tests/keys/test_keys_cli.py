@@ -2,8 +2,8 @@
 add, list, rotate, revoke, the lost-update check, the one-line errors and their exit codes.
 
 The keys it makes are checked with a verifier written here from the format's spec (contract B,
-docs/door.md), not with the CLI's own code. TO JOIN AT MERGE: the door's branch has that verifier as
-door/keyset.py; ``spec_name_of`` below should then call it (the test may import both rooms)."""
+docs/door.md), not with the CLI's own code; tests/keys/test_keyset.py checks the door's own reader
+(door/keyset.py) against the same payloads."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The key set's format as the CLI writes it (contract B): what it makes parses back, verifies with
-the spec's own check (tests/keys/test_keys_cli.py ``spec_name_of``), and a payload off the format is
-refused with what is wrong."""
+the spec's own check (tests/keys/test_keys_cli.py ``spec_name_of``) and with the door's own reader
+(door/keyset.py, which the CLI cannot import: the two rooms share only the format), and a payload off
+the format is refused with what is wrong."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 
 import pytest
 
+from door import keyset as door_keyset
 from qwen36.keys import keyset as ks
 from tests.keys.test_keys_cli import KEY, spec_name_of
 
@@ -31,6 +33,11 @@ def test_what_the_cli_writes_parses_back_and_verifies_by_the_spec() -> None:
     assert ks.parse(payload) == written
     assert spec_name_of(payload, alice) == "alice" and spec_name_of(payload, bob) == "bob"
     assert spec_name_of(payload, "qk-" + "A" * 43) is None
+    # The door reads what the CLI wrote: the same names, the revoked default refused.
+    entries = door_keyset.parse(payload)
+    assert door_keyset.match(entries, alice) == "alice" and door_keyset.match(entries, bob) == "bob"
+    assert door_keyset.match(entries, "qk-" + "A" * 43) is None and entries["default"].revoked
+    assert entries["alice"].limits.concurrent == 2 and entries["alice"].limits.tokens_per_minute == 20000
     document = json.loads(payload)
     assert document["keys"][0]["limits"] == {"concurrent": 2, "tokensPerMinute": 20000}
     assert "limits" not in document["keys"][1]  # no limits: as today
