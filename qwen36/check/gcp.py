@@ -18,20 +18,21 @@ from typing import Any, TypeVar
 
 import requests
 
-from qwen36.cloud_answers import LastAnswer, bad_answer, describe, parse_failures, watch
+from qwen36.cloud_answers import LastAnswer, describe, parse_failures, watch
 
 # Every call's own bound: a connection within CONNECT_TIMEOUT_S, an answer within READ_TIMEOUT_S (the
 # client libraries' defaults are 120 s for google-auth's requests and a 600 s retry deadline for
 # google-cloud-compute's GETs), tried at most TRIES times on 429, 5xx or no answer, with a pause of
-# BACKOFF_S, then twice that, between tries. A service that gave no answer at all is not asked again,
-# and once one has gone silent every other call gets one try; past BUDGET_S of API time nothing new
+# BACKOFF_S, then twice that, between tries. A service whose tries all failed gets one try for its
+# later calls, one that gave no answer at all is not asked again, and once one has gone silent every
+# other call gets one try; past BUDGET_S of API time nothing new
 # is tried. So the whole check ends within about BUDGET_S + TRIES * READ_TIMEOUT_S (worst_case_s),
 # and every retry prints a progress line first.
 CONNECT_TIMEOUT_S = 3.05
 READ_TIMEOUT_S = 6.0
 TRIES = 3
 BACKOFF_S = 0.5
-BUDGET_S = 40.0
+BUDGET_S = 30.0
 TRANSIENT = frozenset({0, 429, 500, 502, 503, 504})
 # Reasons of our own (not Google's): an answer that is not the API's, and a call not made.
 MALFORMED = "MALFORMED"
@@ -74,7 +75,7 @@ class ApiError(Exception):
     """``projects/<number>`` that the API is disabled for (the quota project of the call)."""
 
     def __str__(self) -> str:
-        return f"{self.status or 'no answer'}: {self.message}"
+        return f"{self.status}: {self.message}" if self.status and not self.malformed else self.message
 
     @property
     def disabled(self) -> bool:
@@ -98,7 +99,7 @@ class ApiError(Exception):
         try:
             error = json.loads(text).get("error") or {}
         except (ValueError, AttributeError):
-            return cls(status, f"HTTP {status} with {describe(text.encode(), content_type)}")
+            return cls(status, describe(text.encode(), content_type))
         if not isinstance(error, dict):
             return cls(status, str(error)[:300])
         message = " ".join(str(error.get("message") or f"HTTP {status}").split())
@@ -116,6 +117,17 @@ class ApiError(Exception):
         return cls(status, message, reason, service, consumer)
 
 
+def _no_answer(exc: requests.RequestException) -> str:
+    """Which kind of silence: a refused or reset connection, or a timeout."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return f"no connection within {CONNECT_TIMEOUT_S:g} s"
+    if isinstance(exc, requests.Timeout):
+        return f"no answer within {READ_TIMEOUT_S:g} s"
+    if isinstance(exc, requests.ConnectionError):
+        return "the connection was refused or dropped"
+    return type(exc).__name__
+
+
 def answer_error(service: str, what: str, body: bytes | None, content_type: str = "") -> ApiError:
     """A 2xx answer that is not the method's documented shape: unread, never a finding."""
     return ApiError(200, f"{service} answered {describe(body, content_type)}, not {what}", reason=MALFORMED)
@@ -131,6 +143,8 @@ class Apis:
     session: requests.Session = field(init=False)
     silent: set[str] = field(init=False, default_factory=set)
     """Services that gave no answer at all: not asked again."""
+    failing: set[str] = field(init=False, default_factory=set)
+    """Services whose tries all failed (429, 5xx): their later calls get one try."""
     started: float = field(init=False, default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
@@ -150,13 +164,15 @@ class Apis:
             raise ApiError(
                 0, f"not tried: the check's {BUDGET_S:g} s for the APIs were spent", reason=NOT_TRIED
             )
-        tries = 1 if self.silent else TRIES
+        tries = 1 if self.silent or service in self.failing else TRIES
         for number in range(1, tries + 1):
             try:
                 return fn()
             except ApiError as exc:
                 last = number == tries or time.monotonic() - self.started > BUDGET_S
                 if not exc.transient or last:
+                    if exc.transient:
+                        self.failing.add(service)
                     if exc.status == 0:
                         self.silent.add(service)
                     if exc.transient and number > 1:
@@ -176,7 +192,7 @@ class Apis:
                     method, url, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S), **kwargs
                 )
             except requests.RequestException as exc:
-                raise ApiError(0, f"{service} gave no answer ({type(exc).__name__})") from None
+                raise ApiError(0, f"{service} gave no answer ({_no_answer(exc)})") from None
             content_type = response.headers.get("Content-Type", "")
             if response.status_code >= 400:
                 text = response.content.decode("utf-8", "replace")
@@ -224,10 +240,12 @@ class Apis:
                     raise ApiError.from_response(int(exc.code or 0), response.text, content_type) from None
                 raise ApiError(int(exc.code or 0), exc.message or str(exc)) from None
             except requests.RequestException as exc:
-                raise ApiError(0, f"compute gave no answer ({type(exc).__name__})") from None
+                raise ApiError(0, f"compute gave no answer ({_no_answer(exc)})") from None
             except parse_failures() as exc:
-                error = bad_answer(exc, api, last)
-                raise ApiError(200, error.message if error else str(exc), reason=MALFORMED) from None
+                what = describe(last.body, last.content_type)
+                raise ApiError(
+                    200, f"{api} answered {what}, not its documented JSON", reason=MALFORMED
+                ) from exc
 
         return self.attempt("compute", once)
 

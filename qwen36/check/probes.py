@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
-from qwen36.check.gcp import ApiError, Apis
+from qwen36.check.gcp import NOT_TRIED, ApiError, Apis
 from qwen36.check.org_policies import applicable as applicable_constraints
 from qwen36.check.org_policies import parse_effective
 from qwen36.check.plan import GLOBAL_GPU_METRIC, SPOT_GPU_METRIC, STANDARD_GPU_METRIC, Plan
@@ -56,6 +56,8 @@ def not_read(subject: str, what: str, error: ApiError, project: str, *, extra: s
         fix = f"{ADC_LOGIN}, then rerun the check"
     elif error.status == 403:
         fix = "read the API's message: a role or the quota project's grant is missing; then rerun the check"
+    elif error.reason == NOT_TRIED:
+        fix = "check the network, then rerun the check"
     elif error.malformed:
         fix = "check the network (a proxy or captive portal answers for Google?), then rerun the check"
     elif error.transient:
@@ -397,9 +399,9 @@ def _org_policies(plan: Plan, apis: Apis) -> list[Fact]:
             )
             _check_policy(policy)
         except ApiError as exc:
-            if exc.disabled or exc.status in (401, 403) or exc.status == 0:
+            if exc.disabled or exc.status in (401, 403) or exc.transient or exc.malformed:
                 # One answer for all: the API is off, the caller may not read policies here, or it
-                # does not answer (the rest would only wait for the same silence).
+                # kept failing after its tries or answered junk (the rest would get the same answer).
                 left = [c.name for c in applicable_constraints(plan)][len(facts) :]
                 denied = exc.status == 403 and not exc.disabled
                 extra = "; reading them needs orgpolicy.policies.get" if denied else ""
