@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import google.auth
@@ -73,7 +72,10 @@ def run_check(
     return out.splitlines(), code, elapsed
 
 
-UNREAD_ALL = "result: could not check: 8 facts unread (apis, billing, quotas, zones, tooling image, org policies, permissions)"
+UNREAD_ALL = (
+    "result: could not check: 8 facts unread (apis, billing, quotas, zones, tooling image, org policies, "
+    "permissions)"
+)
 NETWORK = "fix: check the network and https://status.cloud.google.com, then rerun the check"
 PROXY = "fix: check the network (a proxy or captive portal answers for Google?), then rerun the check"
 HTML_SEEN = "an HTML page ('<!DOCTYPE html><html><head><title>502 Bad Gateway</title></…')"
@@ -97,7 +99,8 @@ CASES = {
     ),
     "500": (
         Fault(500),
-        f"UNREAD apis: the project's APIs not read (500: Internal error encountered. (after 3 tries)); {NETWORK}",
+        "UNREAD apis: the project's APIs not read (500: Internal error encountered. (after 3 tries)); "
+        + NETWORK,
     ),
     "502 html": (
         Fault(502, HTML_502, "text/html"),
@@ -110,8 +113,8 @@ CASES = {
     ),
     "closed port": (
         None,
-        "UNREAD apis: the project's APIs not read (serviceusage gave no answer (the connection was refused or "
-        f"dropped) (after 3 tries)); {NETWORK}",
+        "UNREAD apis: the project's APIs not read (serviceusage gave no answer (the connection was refused "
+        f"or dropped) (after 3 tries)); {NETWORK}",
     ),
     "blackhole": (
         Fault(HANG),
@@ -150,7 +153,7 @@ def test_every_api_failing_the_same_way_is_never_a_pass(
     waits = [line for line in lines if line.startswith("wait  ")]
     assert len(waits) == len(pauses)
     assert all(0 < p <= 2 * gcp.BACKOFF_S for p in pauses)
-    if fault is not None and fault.status in (429, 500, 502) or case in ("closed port", "blackhole"):
+    if (fault is not None and fault.status in (429, 500, 502)) or case in ("closed port", "blackhole"):
         assert waits[0].startswith("wait  serviceusage: ") and waits[0].endswith(
             "trying again in 0.5 s (try 2 of 3)"
         )
@@ -172,8 +175,8 @@ def test_a_blackhole_past_the_budget_is_not_waited_for(
         + NETWORK
     )
     assert lines[PROJECT_AT + 2] == (
-        "UNREAD billing: the billing account not read (not tried: the check's 0.3 s for the APIs were spent); "
-        "fix: check the network, then rerun the check"
+        "UNREAD billing: the billing account not read (not tried: the check's 0.3 s for the APIs were "
+        "spent); fix: check the network, then rerun the check"
     )
 
 
@@ -226,8 +229,8 @@ SHAPES = {
     ),
     "/compute/v1/projects/acme-llm": (
         b'{"quotas": 5}',
-        "UNREAD quotas: the project's GPU quota not read (compute Projects.get answered JSON of another shape "
-        '({"quotas": 5}), not its documented JSON); ' + PROXY,
+        "UNREAD quotas: the project's GPU quota not read (compute Projects.get answered JSON of another "
+        'shape ({"quotas": 5}), not its documented JSON); ' + PROXY,
     ),
 }
 
