@@ -79,6 +79,7 @@ ALL_CLEAR = [
     "ok    org policy run.managed.requireInvokerIam: not enforced (the door turns Cloud Run's invoker "
     "check off and checks the key)",
     "ok    org policy run.allowedIngress: not set",
+    "ok    org policy run.allowedVPCEgress: not set",
     "ok    permissions: all 90 the deploy needs are granted (infra/required_permissions.py)",
     "result: 0 blockers, 0 warnings: all clear",
 ]
@@ -308,9 +309,9 @@ def test_org_policies_that_block_and_one_that_does_not(check: Runner, project: F
             "block: the members and the image builder set enable-oslogin=TRUE",
             "org policy gcp.resourceLocations": "BLOCK org policy gcp.resourceLocations: refuses "
             "us-central1, "
-            "us-central1-a, us-central1-b, us-central1-c: the VMs, subnet, template, group and bucket live "
-            "in "
-            "us-central1 and its zones; the API key's secret (automatic replication) counts as global; fix: "
+            "us-central1-a, us-central1-b, us-central1-c: the VMs, subnet, template, group and bucket "
+            "live in us-central1 and its zones; scripts/deploy.sh's KMS key ring for the stack's secrets is "
+            "in global, and so is the API key's secret (automatic replication); fix: "
             "deploy to a region the policy allows (qwen36-mtp-l4:region and :zones in Pulumi.dev.yaml), or "
             + EXCEPTION.format(c="gcp.resourceLocations"),
             "org policy compute.trustedImageProjects": "BLOCK org policy compute.trustedImageProjects: "
@@ -327,7 +328,8 @@ def test_org_policies_that_block_and_one_that_does_not(check: Runner, project: F
 def test_a_value_group_the_check_cannot_expand_is_a_warning_not_a_guess(
     check: Runner, project: FakeProject
 ) -> None:
-    # "global" (the secret) is in no group the check can expand; us-central1 is in in:us-locations.
+    # "global" (the KMS key ring, the secret) is in no group the check can expand; us-central1 is in
+    # in:us-locations.
     project.policies["gcp.resourceLocations"] = {
         "rules": [{"values": {"allowedValues": ["in:us-locations"]}}]
     }
@@ -337,9 +339,8 @@ def test_a_value_group_the_check_cannot_expand_is_a_warning_not_a_guess(
             "org policy gcp.resourceLocations": "warn  org policy gcp.resourceLocations: may refuse global "
             "(a "
             "value group or subtree the check cannot expand): the VMs, subnet, template, group and bucket "
-            "live "
-            "in us-central1 and its zones; the API key's secret (automatic replication) counts as global; "
-            "fix: "
+            "live in us-central1 and its zones; scripts/deploy.sh's KMS key ring for the stack's secrets is "
+            "in global, and so is the API key's secret (automatic replication); fix: "
             f"read it: {SEE.format(c='gcp.resourceLocations')}"
         },
         warned(1),
@@ -623,3 +624,34 @@ def test_the_front_door_brings_its_constraints_and_permissions(check: Runner, pr
         blocked(3),
     )
     assert code == 1
+
+
+@pytest.mark.parametrize(
+    ("allowed", "line"),
+    [
+        (["all-traffic"], "BLOCK org policy run.allowedVPCEgress: refuses private-ranges-only: the front "
+         "door's Direct VPC egress sends only private ranges through the VPC (PRIVATE_RANGES_ONLY: its calls "
+         "to Google APIs go out directly); fix: " + EXCEPTION.format(c="run.allowedVPCEgress")),
+        (["private-ranges-only"], "ok    org policy run.allowedVPCEgress: allows what the stack creates"),
+        (["is:PRIVATE_RANGES_ONLY", "all-traffic"],
+         "ok    org policy run.allowedVPCEgress: allows what the stack creates"),
+    ],
+)  # fmt: skip
+def test_the_doors_vpc_egress_against_run_allowed_vpc_egress(
+    check: Runner, project: FakeProject, allowed: list[str], line: str
+) -> None:
+    project.policies["run.allowedVPCEgress"] = {"rules": [{"values": {"allowedValues": allowed}}]}
+    lines, code = check()
+    blocks = line.startswith("BLOCK")
+    assert lines == with_lines(
+        {"org policy run.allowedVPCEgress": line}, blocked(1) if blocks else ALL_CLEAR[-1]
+    )
+    assert code == (1 if blocks else 0)
+    # What the check compares with is what the door sets (one setting, read where it is made).
+    assert 'egress="PRIVATE_RANGES_ONLY"' in (ROOT / "infra" / "door.py").read_text()
+
+
+def test_without_the_door_vpc_egress_is_not_asked(check: Runner, project_dir: Path) -> None:
+    write_stack(project_dir, {"door": False})
+    lines, _ = check()
+    assert not [line for line in lines if "run.allowedVPCEgress" in line]
