@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 30
 LINE_TAIL = " [deploy] error: "
 BASICS = (
-    "bash", "sh", "date", "dirname", "mkdir", "chmod", "head", "tail", "grep", "base64", "cat", "sleep", "printf",
+    "bash", "sh", "date", "dirname", "mkdir", "chmod", "head", "tail", "grep", "base64", "cat", "sleep",
+    "printf",
 )  # fmt: skip
 
 
