@@ -398,7 +398,7 @@ def _read_group(
         members: list[Member] | None = reader.members(group)
         problem = ""
     except QwenError as exc:  # the boundary's own line (qwen36/cloud_answers.py, qwen36/retry.py)
-        members, problem = None, f"group unreadable: {exc.message}"
+        members, problem = None, f"group unreadable: {type(exc).__name__}: {exc.message}"
         view.unread = exc
     except Exception as exc:  # unreadable now is "not ready", and said so
         members, problem = None, f"group unreadable: {type(exc).__name__}: {str(exc)[:160]}"
