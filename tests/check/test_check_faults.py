@@ -297,3 +297,58 @@ def _with_enabled(
     monkeypatch.setattr(FakeProject, "__init__", init)
     lines, code, _ = run_check(tmp_path, monkeypatch, capsys, None)
     return lines, code
+
+
+def test_a_stack_file_that_is_not_yaml_is_a_config_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "Pulumi.dev.yaml").write_text("config: [unclosed\n")
+    assert main(["check", "--project-dir", str(tmp_path)]) == Exit.CONFIG
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("check: error: Pulumi.dev.yaml is not YAML (")
+    assert line.endswith("); fix or recreate it")
+
+
+@pytest.mark.parametrize(
+    ("version", "line", "code"),
+    [
+        ("v3.173.0", "BLOCK pulumi: v3.173.0 is older than v3.174.0, which the deploy needs for "
+         "import-then-update of the kept VPC, subnet and bucket (pulumi/pulumi#19339); fix: upgrade it: "
+         "https://www.pulumi.com/docs/install/", Exit.MISSING_TOOL),
+        ("v3.174.0", "ok    pulumi: v3.174.0 (the deploy needs v3.174.0 or later)", 0),
+        ("v3.211.0-alpha.1767", "ok    pulumi: v3.211.0 (the deploy needs v3.174.0 or later)", 0),
+        ("warning: no version", "UNREAD pulumi: `pulumi version` printed 'warning: no version', not a "
+         "version; fix: reinstall it: https://www.pulumi.com/docs/install/", Exit.UNCHECKED),
+    ],
+)  # fmt: skip
+def test_the_pulumi_cli_version(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    version: str,
+    line: str,
+    code: int,
+) -> None:
+    monkeypatch.setenv("PULUMI_STUB_VERSION", version)
+    lines, exit_code, _ = run_check(tmp_path, monkeypatch, capsys, None)
+    assert lines[1] == line
+    assert exit_code == code
+
+
+def test_no_pulumi_cli_is_exit_9_after_the_other_facts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = FakeProject(project_id=PROJECT, families={FAMILY: IMAGE})
+    write_stack(tmp_path, {})
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with fake_gcp(project) as root:
+        creds = user_credentials(root, quota_project=PROJECT)
+        monkeypatch.setattr(google.auth, "default", lambda scopes=None, **kw: (creds, None))
+        code = main(["check", "--project-dir", str(tmp_path), "--api-root", root])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == Exit.MISSING_TOOL
+    assert lines[1] == (
+        "BLOCK pulumi: the Pulumi CLI is not installed (not on PATH); fix: install it: "
+        "https://www.pulumi.com/docs/install/"
+    )
+    assert lines[2:-1] == ALL_CLEAR[2:-1]
