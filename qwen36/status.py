@@ -145,8 +145,9 @@ class GroupApi:
             from google.auth.credentials import AnonymousCredentials
 
             credentials = AnonymousCredentials()
-        self.reader = ComputeApiReader(api_endpoint=endpoint, credentials=credentials)
+        # The target first: a bad name is a usage error before credentials are looked for.
         self.target = GroupTarget(project=where.project, region=where.region, group=where.group)
+        self.reader = ComputeApiReader(api_endpoint=endpoint, credentials=credentials)
         options = ClientOptions(api_endpoint=endpoint) if endpoint else None
         kw: dict[str, Any] = {"transport": "rest", "client_options": options, "credentials": credentials}
         self.groups = RetryingClient(
