@@ -214,7 +214,10 @@ class Door:
         self.compute = Compute(self.api, self.metadata, self.s.compute_url, self.s.group_path)
         self.upstream = Upstream(self.s, self.compute, self.upstream_client, self.recorder, clock=self.clock)
         self.verifier = Verifier(
-            self._fetch_certs, audiences=self.s.stop_audiences, service_account=self.s.stop_service_account
+            self._fetch_certs,
+            audiences=self.s.stop_audiences,
+            service_account=self.s.stop_service_account,
+            service_account_id=self.s.stop_service_account_id,
         )
         if self.s.metrics:
             url = f"{self.s.monitoring_url}/projects/{self.s.project}/timeSeries"
