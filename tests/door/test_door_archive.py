@@ -99,7 +99,9 @@ def _rebuilt_wheels(out: Path) -> Path:
                 wheel.writestr(str(rel), data)
                 digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
                 record.append(f"{rel},sha256={digest},{len(data)}")
-            info = next(p for p in (PurePosixPath(str(e)) for e in dist.files or []) if p.name == "METADATA").parent
+            info = next(
+                p for p in (PurePosixPath(str(e)) for e in dist.files or []) if p.name == "METADATA"
+            ).parent
             record.append(f"{info}/RECORD,,")
             wheel.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
     return out
@@ -132,7 +134,9 @@ def test_two_installers_give_the_same_archive(tmp_path: Path) -> None:
     assert len(versions) == 2, "the two installers are the same pip"
     records = [sorted(site.glob("starlette-*.dist-info/RECORD"))[0].read_text() for site in (first, second)]
     assert records[0] != records[1] and ".pyc" in records[0] and ".pyc" not in records[1]
-    assert list(second.glob("*.dist-info/direct_url.json")) and not list(first.glob("*.dist-info/direct_url.json"))
+    assert list(second.glob("*.dist-info/direct_url.json")) and not list(
+        first.glob("*.dist-info/direct_url.json")
+    )
     one, other = door_archive.build(site=[first]), door_archive.build(site=[second])
     assert one.data == other.data and one.name == other.name
     assert not [m for m in one.members if PurePosixPath(m).name in door_archive.INSTALLER_FILES]

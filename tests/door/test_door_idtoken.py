@@ -27,7 +27,9 @@ def _verify(signer: Signer, token: str, account_id: str = VM_ACCOUNT_ID) -> dict
     async def fetch() -> tuple[bytes, str]:
         return json.dumps({"keys": [signer.jwk()]}).encode(), "max-age=3600"
 
-    verifier = Verifier(fetch, audiences=(AUDIENCE,), service_account=VM_ACCOUNT, service_account_id=account_id)
+    verifier = Verifier(
+        fetch, audiences=(AUDIENCE,), service_account=VM_ACCOUNT, service_account_id=account_id
+    )
     return asyncio.run(verifier.verify(token))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 from typing import Any
 
 import pytest
@@ -142,7 +143,11 @@ def test_the_service_waits_for_a_settle_that_runs_only_for_new_grants(d: Deploym
     argv = shlex.split(settle.inputs["create"])
     assert argv[1:3] == ["-m", "infra.grant_settle"] and float(argv[argv.index("--seconds") + 1]) == SETTLE_S
     # Replaced (so run again) only when a grant is new; an update waits for nothing.
-    assert settle.inputs["triggers"] == ["door-run-agent-id", "door-source-read-id", "door-source-read-account-id"]
+    assert settle.inputs["triggers"] == [
+        "door-run-agent-id",
+        "door-source-read-id",
+        "door-source-read-account-id",
+    ]
     assert settle.inputs["update"] == "true"
     registered = d.registrations
     grants = {registered[n].urn for n in ("door-run-agent", "door-source-read", "door-source-read-account")}
@@ -208,7 +213,9 @@ def test_only_the_providers_404_text_means_the_kept_network_is_absent() -> None:
     absent = deploy("dev", network_errors={"qwen36-dev": NETWORK_404})
     assert absent.registrations["network-vpc"].import_id == ""
     # Compute off: nothing of the stack can exist yet, and the program enables the API.
-    assert deploy("dev", network_errors={"qwen36-dev": COMPUTE_OFF}).registrations["network-vpc"].import_id == ""
+    assert (
+        deploy("dev", network_errors={"qwen36-dev": COMPUTE_OFF}).registrations["network-vpc"].import_id == ""
+    )
     # A denied read says "Not Found" too, but must not skip the import and the not-ours guard.
     with pytest.raises(Exception, match=r"Error 403: Required 'compute.networks.get' permission"):
         deploy("dev", network_errors={"qwen36-dev": NETWORK_403})
@@ -256,3 +263,15 @@ def test_the_health_gate_ends_at_the_doors_url_and_a_new_door_revision_runs_it_a
     assert argv[argv.index("--door-url") + 1] == d.outputs["apiBaseUrl"].removesuffix("/v1")
     assert argv[argv.index("--door-service") + 1] == "qwen36-dev-door"
     assert gate.inputs["triggers"][-1] == d.one(OBJECT).inputs["name"]
+
+
+def test_the_settle_step_says_what_it_waits_for_and_for_how_long() -> None:
+    from infra import grant_settle
+
+    argv = shlex.split(grant_settle.command("the new reads of the door's source archive", 0.05))
+    done = subprocess.run(argv, cwd=grant_settle.REPO_ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == [
+        "settle: waiting 0 s for the new reads of the door's source archive to take effect before Cloud "
+        "Run checks them (IAM: typically 2 min, 7 min or longer at times); only when the grants are new",
+        "settle: the new reads of the door's source archive: 0 s passed",
+    ]
