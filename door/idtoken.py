@@ -154,9 +154,8 @@ class Verifier:
         if email is None and self.service_account_id:
             subject = {claims.get("sub"), claims.get("azp")}
             if self.service_account_id not in subject:
-                raise TokenError(
-                    f"sub {claims.get('sub')!r} (azp {claims.get('azp')!r}) is not the server's service account"
-                )
+                sub, azp = claims.get("sub"), claims.get("azp")
+                raise TokenError(f"sub {sub!r} (azp {azp!r}) is not the server's service account")
             return
         if email != self.service_account:
             raise TokenError(f"email {email!r} is not the server's service account")

@@ -12,11 +12,11 @@ wait is a fixed bound: ``SETTLE_S``, the 7 minutes IAM names as its long case.
 
 It is a ``command:local:Command`` whose triggers are the grants' ids: it runs when they are created
 (or replaced: a trigger's change replaces the command) and never again on an unchanged ``up``
-(https://www.pulumi.com/registry/packages/command/api-docs/local/command/). It runs beside everything that does not depend
-on it (on a first deployment, the tooling image's bake, ~8 min, and the group's boot), so it costs
-wall time only when the door is the last thing left. One progress line says what it waits for and
-for how long. ``python -m infra.grant_settle --seconds S --what TEXT`` is what the command runs
-(standard library only).
+(https://www.pulumi.com/registry/packages/command/api-docs/local/command/). It runs beside
+everything that does not depend on it (on a first deployment, the tooling image's bake, ~8 min, and
+the group's boot), so it costs wall time only when the door is the last thing left. One progress
+line says what it waits for and for how long. ``python -m infra.grant_settle --seconds S --what
+TEXT`` is what the command runs.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def cloud_run_service_limits(resource: Resource, _: PolicyContext) -> Iterator[s
                 yield f"Direct VPC egress {key} {nic[key]!r} is a path or self link; name it"
     template_max = (template.get("scaling") or {}).get("maxInstanceCount")
     if template_max is not None and (inputs.get("scaling") or {}).get("maxInstanceCount") is None:
-        yield "template.scaling.maxInstanceCount is per revision; set scaling.maxInstanceCount on the service too"
+        yield "template.scaling.maxInstanceCount is per revision; bound the service's scaling too"
     for container in template.get("containers") or []:
         runtime = "/serverless-runtimes/" in str(container.get("baseImageUri") or "")
         if runtime and (container.get("commands") or [None])[0] == "python3":

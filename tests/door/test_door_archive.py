@@ -118,13 +118,24 @@ def test_two_installers_give_the_same_archive(tmp_path: Path) -> None:
     first, second = tmp_path / "first", tmp_path / "second"
     offline = ["--no-index", "--no-deps", "--disable-pip-version-check", "--quiet"]
     subprocess.run(
-        [system_pip, "-m", "pip", "install", *offline, "--find-links", wheels, "--target", first]
-        + ["-r", door_archive.REQUIREMENTS],
+        [
+            *(system_pip, "-m", "pip", "install", *offline),
+            *("--find-links", wheels, "--target", first, "-r", door_archive.REQUIREMENTS),
+        ],
         check=True,
     )
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", *offline, "--no-compile", "--target", second]
-        + sorted(wheels.glob("*.whl")),
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            *offline,
+            "--no-compile",
+            "--target",
+            second,
+            *sorted(wheels.glob("*.whl")),
+        ],
         check=True,
     )
     versions = {

@@ -39,6 +39,7 @@ MOCK_API_KEY = "k3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3y"
 MOCK_GLOBAL_IP = "203.0.113.80"
 MOCK_PROJECT_NUMBER = "123456789012"
 MOCK_IP = "203.0.113.10"
+RUN_AGENT = f"service-{MOCK_PROJECT_NUMBER}@serverless-robot-prod.iam.gserviceaccount.com"
 COMPUTE = "https://www.googleapis.com/compute/v1"
 # The suffix GCE adds to a template's name prefix (the first template's; each next one counts up).
 TEMPLATE_SUFFIX = "20261130223000000000000001"
@@ -88,12 +89,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 "uniqueId": str(100000000000000000000 + sum(map(ord, inputs["accountId"]))),
             },
             # services.generateServiceIdentity for run.googleapis.com: Cloud Run's service agent
-            # (https://cloud.google.com/iam/docs/service-agents: service-PROJECT_NUMBER@serverless-robot-prod).
+            # (https://cloud.google.com/iam/docs/service-agents: service-NUMBER@serverless-robot-prod).
             "gcp:projects/serviceIdentity:ServiceIdentity": lambda: {
-                "email": f"service-{MOCK_PROJECT_NUMBER}@serverless-robot-prod.iam.gserviceaccount.com",
-                "member": (
-                    f"serviceAccount:service-{MOCK_PROJECT_NUMBER}@serverless-robot-prod.iam.gserviceaccount.com"
-                ),
+                "email": RUN_AGENT,
+                "member": f"serviceAccount:{RUN_AGENT}",
             },
             "gcp:storage/bucket:Bucket": lambda: {
                 "name": inputs.get("name") or f"{args.name}-9f8e7d6",

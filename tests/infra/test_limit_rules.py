@@ -370,9 +370,7 @@ LIMIT_FIXTURES: dict[str, tuple[str, str, Edit]] = {
         "door",
         edit(
             RUN,
-            lambda i: i["template"]["vpcAccess"]["networkInterfaces"][0].update(
-                subnetwork="shared"
-            ),
+            lambda i: i["template"]["vpcAccess"]["networkInterfaces"][0].update(subnetwork="shared"),
         ),
     ),
     "door-not-admitted": ("door_port_only_from_door", "door", drop("network-door")),
