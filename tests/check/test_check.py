@@ -75,7 +75,7 @@ ALL_CLEAR = [
     "ok    org policy run.managed.requireInvokerIam: not enforced (the door turns Cloud Run's invoker "
     "check off and checks the key)",
     "ok    org policy run.allowedIngress: not set",
-    "ok    permissions: all 90 the deploy needs are granted (infra/required_permissions.py)",
+    "ok    permissions: all 91 the deploy needs are granted (infra/required_permissions.py)",
     "result: 0 blockers, 0 warnings: all clear",
 ]
 
