@@ -113,7 +113,10 @@ class Door:
         self.keys.secrets = SecretManager(self.api, self.metadata, self.s.secret_manager_url)
         self.upstream = Upstream(self.s, self.compute, self.upstream_client, self.recorder, clock=self.clock)
         self.verifier = Verifier(
-            self._fetch_certs, audiences=self.s.stop_audiences, service_account=self.s.stop_service_account
+            self._fetch_certs,
+            audiences=self.s.stop_audiences,
+            service_account=self.s.stop_service_account,
+            service_account_id=self.s.stop_service_account_id,
         )
         if self.s.metrics:
             url = f"{self.s.monitoring_url}/projects/{self.s.project}/timeSeries"

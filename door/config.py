@@ -71,6 +71,7 @@ class Settings:
     probe_cache_s: float = DEFAULT_PROBE_CACHE_S
     stop_audiences: tuple[str, ...] = ()
     stop_service_account: str = ""
+    stop_service_account_id: str = ""
     metrics: bool = True
     metrics_interval_s: float = DEFAULT_METRICS_INTERVAL_S
     service: str = "qwen36-door"
@@ -152,6 +153,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         probe_cache_s=_float(env, "PROBE_CACHE_S", DEFAULT_PROBE_CACHE_S),
         stop_audiences=audiences,
         stop_service_account=env.get(PREFIX + "STOP_SERVICE_ACCOUNT", "").strip(),
+        stop_service_account_id=env.get(PREFIX + "STOP_SERVICE_ACCOUNT_ID", "").strip(),
         metrics=env.get(PREFIX + "METRICS", "1") not in ("0", "false", "off", ""),
         metrics_interval_s=_float(env, "METRICS_INTERVAL_S", DEFAULT_METRICS_INTERVAL_S),
         # Cloud Run sets K_SERVICE to the service's name (the container runtime contract:

@@ -86,6 +86,21 @@ GROUPS: tuple[ResourceGroup, ...] = (
         ),
     ),
     ResourceGroup(
+        name="Cloud Run's service agent",
+        # infra/door.py asks Service Usage for Cloud Run's agent before granting it the source read
+        # (services.generateServiceIdentity). Its reference names no permission; serviceusage.services.use
+        # is assumed (unconfirmed: the live check reads it).
+        # https://cloud.google.com/service-usage/docs/reference/rest/v1beta1/services/generateServiceIdentity
+        declares=("gcp:projects/serviceIdentity:ServiceIdentity",),
+        service="serviceusage.googleapis.com",
+        enabled_by="every new project",
+        when="door",
+        role="roles/serviceusage.serviceUsageAdmin",
+        permissions=_p(
+            ("serviceusage.services.use", "make Cloud Run's service agent exist before its grant")
+        ),
+    ),
+    ResourceGroup(
         name="network",
         declares=(
             "gcp:compute/network:Network",

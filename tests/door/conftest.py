@@ -27,7 +27,7 @@ from infra.config import StackConfig
 from infra.server_args import server_args
 from tests.compute_fake.group import FakeGroup, FakeMember, GroupState
 from tests.compute_fake.server import fake_compute_api
-from tests.door.google_fakes import FakeGoogle, Signer, fake_google
+from tests.door.google_fakes import VM_ACCOUNT_ID, FakeGoogle, Signer, fake_google
 from tests.door.relay import Relay
 from tests.harness.server import LlamaServer, free_port
 from tests.idle.vm_fakes import FakeMetadata, fake_metadata
@@ -252,6 +252,7 @@ def make_world(
             "QWEN36_DOOR_SECRET_MANAGER_URL": f"{google_url}/v1",
             "QWEN36_DOOR_STOP_AUDIENCES": "https://qwen36-door-123456789012.us-central1.run.app",
             "QWEN36_DOOR_STOP_SERVICE_ACCOUNT": VM_ACCOUNT,
+            "QWEN36_DOOR_STOP_SERVICE_ACCOUNT_ID": VM_ACCOUNT_ID,
             "QWEN36_DOOR_HEALTH_POLL_S": "0.1",
             "QWEN36_DOOR_HEARTBEAT_S": "0.3",
             "QWEN36_DOOR_STREAM_GRACE_S": "0.2",

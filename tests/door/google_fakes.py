@@ -39,6 +39,8 @@ from tests.harness.loopback import serve_on_loopback
 from tests.idle.vm_fakes import TOKEN
 
 KID = "f2e1c3a4b5d6e7f80911aabbccddeeff00112233"
+# The VM account's unique id (projects.serviceAccounts uniqueId, 21 digits): its tokens' sub and azp.
+VM_ACCOUNT_ID = "104532107733851617093"
 # 1024-bit keys: pure-Python key generation at 2048 bits takes seconds; the check is the same.
 KEY_BITS = 1024
 
@@ -76,7 +78,7 @@ class Signer:
         self,
         *,
         audience: str,
-        email: str,
+        email: str | None,
         lifetime_s: float = 3600,
         issued: float | None = None,
         header: dict[str, Any] | None = None,
@@ -86,14 +88,16 @@ class Signer:
         claims: dict[str, Any] = {
             "iss": "https://accounts.google.com",
             "aud": audience,
-            "azp": "104532107733851617093",
-            "sub": "104532107733851617093",
+            "azp": VM_ACCOUNT_ID,
+            "sub": VM_ACCOUNT_ID,
             "email": email,
             "email_verified": True,
             "iat": int(now),
             "exp": int(now + lifetime_s),
         }
         claims.update(overrides)
+        # A claim given as None is left out (a token without `email`, say).
+        claims = {k: v for k, v in claims.items() if v is not None}
         head = {"alg": "RS256", "kid": self.kid, "typ": "JWT", **(header or {})}
         signing_input = f"{_b64(json.dumps(head).encode())}.{_b64(json.dumps(claims).encode())}"
         signature = rsa.sign(signing_input.encode(), self.private, "SHA-256")

@@ -110,11 +110,15 @@ SERVING_API = {
     "gcp:projects/iAMCustomRole:": "iam.googleapis.com",
     "gcp:cloudrunv2/": "run.googleapis.com",
     "gcp:monitoring/": "monitoring.googleapis.com",
+    "gcp:projects/serviceIdentity:": "serviceusage.googleapis.com",
 }
+# On in every project (https://cloud.google.com/service-usage/docs/enabled-service#default): the
+# program needs not enable it.
+ENABLED_BY_DEFAULT = {"serviceusage.googleapis.com"}
 
 
 def test_every_resource_has_its_api_enabled(deployed: Deployment) -> None:
-    enabled = {s.inputs["service"] for s in deployed.of_type(SERVICE)}
+    enabled = {s.inputs["service"] for s in deployed.of_type(SERVICE)} | ENABLED_BY_DEFAULT
     gcp_types = {r.type for r in deployed.resources if r.type.startswith("gcp:") and r.type != SERVICE}
     gcp_types.discard("gcp:organizations/getProject:getProject")
     for token in gcp_types:
@@ -286,7 +290,7 @@ def test_identity_is_dedicated_and_least_privilege(deployed: Deployment) -> None
     group = deployed.outputs["groupName"]
     assert conditional["condition"]["expression"] == (
         'resource.type == "compute.googleapis.com/Instance" && '
-        f'resource.name.extract("/instances/{{name}}").startsWith("{group}-")'
+        f'resource.name.extract("/instances/{{name}}").matches("^{group}-[a-z0-9]{{4}}$")'
     )
     vm = deployed.one(TEMPLATE).inputs
     assert vm["serviceAccount"] == {
