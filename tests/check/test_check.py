@@ -80,7 +80,7 @@ ALL_CLEAR = [
     "check off and checks the key)",
     "ok    org policy run.allowedIngress: not set",
     "ok    org policy run.allowedVPCEgress: not set",
-    "ok    permissions: all 91 the deploy needs are granted (infra/required_permissions.py)",
+    "ok    permissions: all 92 the deploy needs are granted (infra/required_permissions.py)",
     "result: 0 blockers, 0 warnings: all clear",
 ]
 
@@ -463,7 +463,7 @@ def test_compute_not_enabled_yet_says_to_enable_it_to_read_the_quotas(
                 "0 until asked for; enable it now to read them; fix: gcloud services enable "
                 "compute.googleapis.com --project=acme-llm, then rerun the check",
                 # The tooling image's family unread: the bake's permissions are asked for too.
-                "permissions": "ok    permissions: all 98 the deploy needs are granted "
+                "permissions": "ok    permissions: all 99 the deploy needs are granted "
                 "(infra/required_permissions.py)",
             },
             unchecked(["quotas"]),
