@@ -99,21 +99,35 @@ class NetworkNotOursError(ValueError):
     pass
 
 
-def _not_found(exc: Exception) -> bool:
+def _not_found(exc: Exception, resource_id: str) -> bool:
     """Whether a failed lookup invoke says the resource does not exist (its error type is the
-    engine's, so only its text tells)."""
-    return "not found" in str(exc).lower() or "404" in str(exc)
+    engine's, so only its text tells).
+
+    The provider answers a 404 with ``<id> not found`` (``projects/P/global/networks/N not found``)
+    and wraps every other error as ``Error when reading or editing Network Not Found : N: googleapi:
+    Error 403: ...`` (magic-modules ``transport/transport.go`` ``HandleDataSourceNotFoundError``, which
+    ``data_source_google_compute_network.go`` calls with the label ``"Network Not Found : %s"``; the
+    subnetwork's likewise): "Not Found" is in every wrapped 403, 429 and 5xx, so only ``<id> not
+    found`` means absent. Compute's own API being off (403 ``accessNotConfigured``, the reason the
+    provider's ``IsApiNotEnabledError`` reads) means absent too: nothing of this stack can exist in
+    a project whose Compute API was never enabled, and the program enables it. Anything else is
+    re-raised, so a denied read never skips the import and the not-ours guard."""
+    text = str(exc)
+    if f"{resource_id} not found" in text:
+        return True
+    return "accessNotConfigured" in text and "compute.googleapis.com" in text
 
 
 def existing_network(project: str, name: str) -> str | None:
     """The import id of this stack's VPC when an earlier deployment kept it, else None.
 
     Raises :class:`NetworkNotOursError` for a VPC of that name that this program did not make. A
-    missing network is the invoke's "not found" error, or an answer without a self link."""
+    missing network is the provider's 404 text (see _not_found), or an answer without a self link."""
+    resource_id = f"projects/{project}/global/networks/{name}"
     try:
         found = gcp.compute.get_network(name=name, project=project)
     except Exception as exc:
-        if _not_found(exc):
+        if _not_found(exc, resource_id):
             return None
         raise
     if not found.self_link:
@@ -123,18 +137,19 @@ def existing_network(project: str, name: str) -> str | None:
             f"a VPC named {name} already exists in project {project} and is not this stack's (its "
             f"description is {found.description!r}); delete it or deploy under another stack name"
         )
-    return f"projects/{project}/global/networks/{name}"
+    return resource_id
 
 
 def existing_subnetwork(project: str, region: str, name: str) -> str | None:
     """The import id of a subnet an earlier deployment kept (its VPC is ours: see existing_network)."""
+    resource_id = f"projects/{project}/regions/{region}/subnetworks/{name}"
     try:
         found = gcp.compute.get_subnetwork(name=name, region=region, project=project)
     except Exception as exc:
-        if _not_found(exc):
+        if _not_found(exc, resource_id):
             return None
         raise
-    return f"projects/{project}/regions/{region}/subnetworks/{name}" if found.self_link else None
+    return resource_id if found.self_link else None
 
 
 @dataclass
@@ -171,6 +186,7 @@ class NetworkAccess(pulumi.ComponentResource):
     network_name: pulumi.Output[str]
     subnetwork_name: pulumi.Output[str]
     door_subnetwork: pulumi.Output[str] | None
+    """The door subnet's name (None without a door): Direct VPC egress takes names, not self links."""
     public_ranges: pulumi.Output[list[str]]
 
     def __init__(
@@ -267,7 +283,7 @@ class NetworkAccess(pulumi.ComponentResource):
         self.subnetwork = self.subnet.self_link
         self.network_name = self.vpc.name
         self.subnetwork_name = self.subnet.name
-        self.door_subnetwork = self.door_subnet.self_link if self.door_subnet is not None else None
+        self.door_subnetwork = self.door_subnet.name if self.door_subnet is not None else None
         self.public_ranges = pulumi.Output.from_input(list(args.source_ranges))
         self.register_outputs(
             {

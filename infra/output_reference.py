@@ -92,6 +92,12 @@ OUTPUTS: tuple[OutputGroup, ...] = (
         "the server's MTP acceptance and decode rate, and the spend of the last 30 days",
     ),
     OutputGroup(
+        ("keysSecret",),
+        "door",
+        "the Secret Manager secret of the door's named keys (`projects/<project>/secrets/<id>`), which "
+        "`qwen36 keys` edits: the program's key is the one named `default`",
+    ),
+    OutputGroup(
         ("wakeCommand", "statusCommand", "autostop"),
         "autostop",
         "`qwen36 wake` and `qwen36 status` for this stack, and what they read from it",

@@ -88,6 +88,21 @@ GROUPS: tuple[ResourceGroup, ...] = (
         ),
     ),
     ResourceGroup(
+        name="Cloud Run's service agent",
+        # infra/door.py asks Service Usage for Cloud Run's agent before granting it the source read
+        # (services.generateServiceIdentity). Its reference names no permission; serviceusage.services.use
+        # is assumed (unconfirmed: the live check reads it).
+        # https://cloud.google.com/service-usage/docs/reference/rest/v1beta1/services/generateServiceIdentity
+        declares=("gcp:projects/serviceIdentity:ServiceIdentity",),
+        service="serviceusage.googleapis.com",
+        enabled_by="every new project",
+        when="door",
+        role="roles/serviceusage.serviceUsageAdmin",
+        permissions=_p(
+            ("serviceusage.services.use", "make Cloud Run's service agent exist before its grant")
+        ),
+    ),
+    ResourceGroup(
         name="network",
         declares=(
             "gcp:compute/network:Network",
@@ -417,6 +432,24 @@ GROUPS: tuple[ResourceGroup, ...] = (
             ),
             ("run.operations.get", "wait for the service's rollout"),
             ("iam.serviceAccounts.actAs", "run the door as its own account"),
+        ),
+    ),
+    ResourceGroup(
+        name="door key set",
+        # infra/door_keys.py: the named keys' secret, which the program creates empty; `qwen36 keys`
+        # then reads and adds its versions, and reads each key's usage from the door's series, with
+        # these same credentials.
+        declares=("gcp:secretmanager/secret:Secret", "gcp:secretmanager/secretIamMember:SecretIamMember"),
+        service="secretmanager.googleapis.com",
+        enabled_by=APIS,
+        when="door",
+        role="roles/secretmanager.admin and roles/monitoring.viewer",
+        permissions=_p(
+            *_crud("secretmanager.secrets", "the door's key set", "create", "get", "delete"),
+            ("secretmanager.secrets.setIamPolicy", "let the door's account read the key set"),
+            ("secretmanager.versions.access", "`qwen36 keys` reads the key set"),
+            ("secretmanager.versions.add", "`qwen36 keys add`, `rotate` and `revoke` write a new key set"),
+            ("monitoring.timeSeries.list", "`qwen36 keys list` and `qwen36 status` read each key's usage"),
         ),
     ),
     ResourceGroup(

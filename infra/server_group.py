@@ -308,10 +308,18 @@ class ServerGroup(pulumi.ComponentResource):
             update_policy=update_policy(cfg),
             # The health gate waits with diagnoses (stockout, quota); the provider would only block.
             wait_for_instances=False,
+            # The group's name is fixed, and its zones are ForceNew (the provider schema marks name,
+            # base_instance_name, region, description and distribution_policy_zones ForceNew:
+            # magic-modules resource_compute_region_instance_group_manager.go.tmpl; "after you choose
+            # specific zones during creation, you cannot change or update the zones later",
+            # https://cloud.google.com/compute/docs/instance-groups/distributing-instances-with-regional-instance-groups#limitations).
+            # Pulumi replaces create-before-delete by default, and a second group of the same name in
+            # the same region is a 409: the old group goes first (one server has downtime anyway).
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=list(args.depends_on),
                 ignore_changes=list(args.ignore_changes),
+                delete_before_replace=True,
             ),
         )
 

@@ -59,8 +59,11 @@ def plain(value: Any) -> Any:
 
 
 def _config() -> dict[str, Any]:
-    """The stack's config as the CLI hands it to a policy pack (PULUMI_CONFIG, pulumi's
-    analyzer_plugin.go constructEnv), over Pulumi.yaml's defaults for keys the stack does not set."""
+    """The stack's config as the CLI hands it to a policy pack (PULUMI_CONFIG: with the Python language
+    plugin the CLI takes the RunPlugin path, and pulumi-language-python's ConfigureStack sets it before
+    running ``python -m pulumi.policy``, sdk/python/cmd/pulumi-language-python/main.go; the legacy
+    analyzer_plugin.go constructEnv is not that path), over Pulumi.yaml's defaults for keys the stack
+    does not set."""
     project = _project_document()
     declared = (project.get("config") or {}).items()
     values: dict[str, Any] = {key: spec.get("default") for key, spec in declared if isinstance(spec, dict)}

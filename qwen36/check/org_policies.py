@@ -294,13 +294,18 @@ def _location_match(entry: str, location: str) -> bool | None:
 
 
 def _resource_locations(plan: Plan, eff: Effective) -> Fact:
-    needed = [plan.region, *plan.zones]
-    why = f"the VMs, subnet, template, group and bucket live in {plan.region} and its zones"
+    # scripts/deploy.sh makes the stack's secrets key in a Cloud KMS key ring in `global`, which the
+    # constraint covers too: "creation of new resources (e.g key rings, keys, key versions) is limited
+    # to the specified locations" (https://cloud.google.com/kms/docs/org-policy-constraints).
+    needed = [plan.region, *plan.zones, "global"]
+    why = (
+        f"the VMs, subnet, template, group and bucket live in {plan.region} and its zones; "
+        "scripts/deploy.sh's KMS key ring for the stack's secrets is in global"
+    )
     if plan.cfg.api_key:
         # https://cloud.google.com/secret-manager/docs/choosing-replication: "a secret with an automatic
         # replication policy can only be created if resource creation in global is allowed".
-        needed.append("global")
-        why += "; the API key's secret (automatic replication) counts as global"
+        why += ", and so is the API key's secret (automatic replication)"
     verdict = judge(eff, needed, _location_match)
     fix = (
         "deploy to a region the policy allows (qwen36-mtp-l4:region and :zones in "
@@ -357,6 +362,33 @@ def _run_ingress(plan: Plan, eff: Effective) -> Fact:
         verdict,
         "the front door is reached from the internet on its run.app URL (ingress all)",
         exception_fix(plan.project, "run.allowedIngress"),
+        eff.set,
+    )
+
+
+def _egress_match(entry: str, value: str) -> bool | None:
+    # The constraint's values are written lower-case with dashes (`private-ranges-only`); the
+    # service's own field says PRIVATE_RANGES_ONLY. Either spelling is the same setting.
+    if entry.startswith(("under:", "in:")):
+        return None
+    return _plain(entry).lower().replace("_", "-") == value
+
+
+def _vpc_egress(plan: Plan, eff: Effective) -> Fact:
+    # The door's Direct VPC egress sends only private ranges through the VPC (infra/door.py
+    # egress="PRIVATE_RANGES_ONLY"); constraints/run.allowedVPCEgress lists the egress settings a
+    # Cloud Run revision may have, `private-ranges-only` and `all-traffic`
+    # (https://cloud.google.com/resource-manager/docs/organization-policy/org-policy-constraints,
+    # https://cloud.google.com/run/docs/configuring/vpc-direct-vpc). An org that allows only
+    # `all-traffic` refuses the door's revision.
+    verdict = judge(eff, ["private-ranges-only"], _egress_match)
+    return _list_fact(
+        plan,
+        "run.allowedVPCEgress",
+        verdict,
+        "the front door's Direct VPC egress sends only private ranges through the VPC "
+        "(PRIVATE_RANGES_ONLY: its calls to Google APIs go out directly)",
+        exception_fix(plan.project, "run.allowedVPCEgress"),
         eff.set,
     )
 
@@ -439,6 +471,7 @@ CONSTRAINTS: tuple[Constraint, ...] = (
     ),
     Constraint("run.managed.requireInvokerIam", lambda plan: plan.door, _invoker_iam),
     Constraint("run.allowedIngress", lambda plan: plan.door, _run_ingress),
+    Constraint("run.allowedVPCEgress", lambda plan: plan.door, _vpc_egress),
 )
 
 

@@ -298,6 +298,22 @@ LIMIT_FIXTURES: dict[str, tuple[str, str, Edit]] = {
         edit(RUN, setting("template.vpcAccess.connector", "projects/p/locations/us-central1/connectors/c")),
     ),
     "door-name-capitals": ("cloud_run_service_limits", "door", edit(RUN, setting("name", "Qwen36-dev-door"))),
+    "door-vpc-self-link": (
+        "cloud_run_service_limits",
+        "door",
+        edit(
+            RUN,
+            lambda i: i["template"]["vpcAccess"]["networkInterfaces"][0].update(
+                network="https://www.googleapis.com/compute/v1/projects/p/global/networks/qwen36-dev"
+            ),
+        ),
+    ),
+    "door-max-per-revision-only": ("cloud_run_service_limits", "door", edit(RUN, setting("scaling", None))),
+    "door-runs-python3": (
+        "cloud_run_service_limits",
+        "door",
+        edit(RUN, lambda i: i["template"]["containers"][0].update(commands=["python3"])),
+    ),
     "dashboard-not-json": (
         "dashboard_json_valid",
         "door",
@@ -355,9 +371,7 @@ LIMIT_FIXTURES: dict[str, tuple[str, str, Edit]] = {
         "door",
         edit(
             RUN,
-            lambda i: i["template"]["vpcAccess"]["networkInterfaces"][0].update(
-                subnetwork="projects/x/regions/us-central1/subnetworks/shared"
-            ),
+            lambda i: i["template"]["vpcAccess"]["networkInterfaces"][0].update(subnetwork="shared"),
         ),
     ),
     "door-not-admitted": ("door_port_only_from_door", "door", drop("network-door")),
