@@ -38,6 +38,8 @@ network = NetworkAccess(
         # members' 8080 admits only Google's ranges. With a door, 8080 admits the door's subnet.
         source_ranges=[] if cfg.fleet else cfg.source_ranges,
         door=cfg.front_door,
+        # Internal addresses only, unless externalIp: the internet through Cloud NAT.
+        nat=not cfg.external_ip,
         depends_on=[apis],
     ),
 )
@@ -144,6 +146,7 @@ server = ServerGroup(
         subnetwork=network.subnetwork,
         labels=labels,
         door_url=door.stop_url if door is not None else None,
+        secure_boot=boot_image.secure_boot,
         # The boot reads the bucket, the secret and through the firewall from its first second.
         depends_on=[apis, network, identity, cache] + ([api_key] if api_key else []),
     ),
@@ -249,3 +252,5 @@ pulumi.export("modelCachePath", cache.probe.path)
 pulumi.export("modelCacheNote", cache.probe.summary())
 pulumi.export("bootImage", boot_image.image)
 pulumi.export("bootImageNote", boot_image.summary)
+pulumi.export("secureBoot", boot_image.secure_boot.apply(lambda d: d.on))
+pulumi.export("secureBootNote", boot_image.secure_boot.apply(lambda d: d.reason_line or "Secure Boot on"))

@@ -59,6 +59,12 @@ OUTPUTS: tuple[OutputGroup, ...] = (
         "the stock Deep Learning VM image or the tooling image, and what that means for the cold start",
     ),
     OutputGroup(
+        ("secureBoot", "secureBootNote"),
+        "always",
+        "whether the servers boot with Secure Boot (the bake's GPU test proved it), and the one-line "
+        "reason when they do not ([security](security.md#secure-boot))",
+    ),
+    OutputGroup(
         ("logsSerial", "logsContainer", "sshIap", "iapTunnel"),
         "always",
         "commands that find the group's current member first: `qwen36 logs --serial`, `qwen36 logs`, "

@@ -95,6 +95,7 @@ def context(resources: Sequence[rules.Resource] = ()) -> rules.PolicyContext:
         allow_public_internet=bool(config.get("allowPublicInternet")),
         secrets=secrets,
         fleet=replicas > 1 or max_replicas > 1,
+        external_ip=bool(config.get("externalIp")),
         project_options=dict(_project_document().get("options") or {}),
     )
 

@@ -70,6 +70,15 @@ def outputs_table() -> str:
     return "\n".join(rows)
 
 
+def secure_boot_reasons_table() -> str:
+    """infra/shielded.py: each reason the bake records for Secure Boot off, by its label code."""
+    from infra import shielded
+
+    rows = ["| `secure-boot-off` | why |", "| --- | --- |"]
+    rows += [f"| `{code}` | {_cell(reason)} |" for code, reason in shielded.OFF_REASONS.items()]
+    return "\n".join(rows)
+
+
 def _phase_sum(phases: list[tuple[str, float]]) -> str:
     return " + ".join(f"{name} {seconds:g}" for name, seconds in phases if seconds)
 
@@ -380,6 +389,7 @@ FIGURES: dict[str, Callable[[], str]] = {
 TABLES: dict[str, Callable[[], str]] = {
     "config-reference": config_table,
     "outputs": outputs_table,
+    "secure-boot-reasons": secure_boot_reasons_table,
     "cold-start": cold_start_table,
     "boot-bench": boot_bench_table,
     "first-deploy": first_deploy_table,

@@ -307,6 +307,12 @@ class Apis:
     def image_from_family(self, project: str, family: str) -> str | None:
         """The family's newest image name, or None when it holds none (404).
         https://cloud.google.com/compute/docs/reference/rest/v1/images/getFromFamily"""
+        found = self.family_image(project, family)
+        return found[0] if found is not None else None
+
+    def family_image(self, project: str, family: str) -> tuple[str, dict[str, str]] | None:
+        """The family's newest image: its name and labels (the bake's Secure Boot verdict is one), or
+        None when the family holds none (404)."""
         try:
             image = self.compute(
                 "ImagesClient",
@@ -319,4 +325,5 @@ class Apis:
             if exc.not_found:
                 return None
             raise
-        return str(self._named(image, "image", "compute images.getFromFamily").name)
+        image = self._named(image, "image", "compute images.getFromFamily")
+        return str(image.name), {str(k): str(v) for k, v in dict(image.labels).items()}

@@ -131,18 +131,31 @@ def _subject(name: str) -> str:
 
 
 def _require_shielded_vm(plan: Plan, eff: Effective) -> Fact:
-    from infra.shielded import SECURE_BOOT
+    from infra import shielded
 
     subject = _subject("compute.requireShieldedVm")
     if not eff.enforced:
         return ok(subject, "not enforced")
-    if SECURE_BOOT:
-        return ok(subject, "enforced; the servers are shielded VMs with secure boot on")
-    return block(
+    # The bake's last verdict, the tooling image's `secure-boot` label (infra/shielded.py), where the
+    # preflight read it. No image read: a deploy that bakes proves it first; one that does not boots
+    # the stock image (its DKMS module).
+    verdict = plan.secure_boot_verdict
+    decision = shielded.from_verdict(verdict) if verdict is not None else None
+    if not plan.cfg.use_tooling_image or (decision is None and not plan.bakes):
+        decision = shielded.STOCK
+    if decision is None or decision.on:
+        why = (
+            "the bake's last verdict was on"
+            if decision is not None
+            else "the bake proves Secure Boot on a test VM before the group uses the image"
+        )
+        return ok(subject, f"enforced; the image builder and the servers run with Secure Boot on ({why})")
+    return warn(
         subject,
-        "enforced: every new VM must have secure boot on, and the servers and the image builder run "
-        "with it off (infra/shielded.py: the Deep Learning VM's DKMS-built NVIDIA module would not load)",
-        exception_fix(plan.project, "compute.requireShieldedVm"),
+        f"enforced, and the servers would run with Secure Boot off ({decision.reason_line}): GCE refuses "
+        "such VMs, so the group would get no member",
+        "bake again (a new llama.cpp build or bake script bakes a new image, whose GPU test may pass), "
+        "or " + exception_fix(plan.project, "compute.requireShieldedVm"),
     )
 
 
@@ -217,11 +230,19 @@ def _list_fact(plan: Plan, name: str, verdict: Verdict, what: str, fix: str, set
 def _external_ip(plan: Plan, eff: Effective) -> Fact:
     name = "compute.vmExternalIpAccess"
     subject = _subject(name)
+    if not plan.cfg.external_ip:
+        # No VM of the stack has an access config (infra/network.py): Cloud NAT carries their egress.
+        if not eff.set or eff.allow_all:
+            return ok(subject, "not restricted" if not eff.set else "allows every VM")
+        return ok(
+            subject,
+            "restricted; does not block: the stack needs no external IP (Cloud NAT carries the VMs' egress)",
+        )
     what = (
-        "the members (and the image builder) have ephemeral external IPs for their egress to apt, "
-        "ghcr.io and Hugging Face, and the program has no Cloud NAT path"
+        "externalIp: true gives the members (and the image builder) ephemeral external IPs for their "
+        "egress to apt, ghcr.io and Hugging Face"
     )
-    fix = exception_fix(plan.project, name)
+    fix = "set externalIp: false (the stack then uses Cloud NAT), or " + exception_fix(plan.project, name)
     if not eff.set or eff.allow_all:
         return ok(subject, "not restricted" if not eff.set else "allows every VM")
     if eff.deny_all:

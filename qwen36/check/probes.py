@@ -364,6 +364,7 @@ def _zones(plan: Plan, apis: Apis) -> list[Fact]:
 
 
 def _tooling_image(plan: Plan, apis: Apis) -> tuple[list[Fact], Plan]:
+    from infra.shielded import VERDICT_LABEL
     from infra.tooling_image import tooling_family
 
     if not plan.cfg.use_tooling_image:
@@ -372,12 +373,15 @@ def _tooling_image(plan: Plan, apis: Apis) -> tuple[list[Fact], Plan]:
         ], plan
     family = tooling_family(plan.cfg.llama_cpp_build)
     try:
-        image = apis.image_from_family(plan.project, family)
+        found = apis.family_image(plan.project, family)
     except ApiError as exc:
         # Unknown: assume the bake, so that its permissions are tested too.
         facts = [not_read("tooling image", f"the family {family}", exc, plan.project)]
         return facts, dataclasses.replace(plan, bakes=plan.cfg.build_tooling_image)
-    if image is not None:
+    if found is not None:
+        image, labels = found
+        verdict = labels.get(VERDICT_LABEL, "")
+        plan = dataclasses.replace(plan, secure_boot_verdict=verdict)
         return [ok("tooling image", f"{image} in family {family}: no bake")], plan
     if not plan.cfg.build_tooling_image:
         return [

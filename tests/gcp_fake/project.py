@@ -88,6 +88,8 @@ class FakeProject:
         }
     )
     families: dict[str, str] = field(default_factory=dict)
+    # Image name -> its labels (the bake's `secure-boot` verdict, infra/shielded.py).
+    image_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     """Image family -> its newest image's name."""
     policies: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Constraint (``compute.vmExternalIpAccess``) -> the effective policy's ``spec``."""

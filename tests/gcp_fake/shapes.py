@@ -198,6 +198,8 @@ def image(project: FakeProject, family: str, name: str) -> dict[str, Any]:
         "family": family,
         "status": "READY",
         "selfLink": f"{LINK_HOST}/compute/v1/projects/{project.project_id}/global/images/{name}",
+        # The Image resource's `labels` map (absent when the image has none).
+        **({"labels": project.image_labels[name]} if project.image_labels.get(name) else {}),
     }
 
 

@@ -62,8 +62,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
         fail_invokes: bool = False,
         tooling_image: bool = True,
         kept_networks: Mapping[str, str] | None = None,
+        secure_boot_verdict: str | None = None,
         network_errors: Mapping[str, str] | None = None,
     ) -> None:
+        self.secure_boot_verdict = secure_boot_verdict
         self.kept_networks = dict(kept_networks or {})
         self.network_errors = dict(network_errors or {})
         self.resources: list[Resource] = []
@@ -137,6 +139,12 @@ class RecordingMocks(pulumi.runtime.Mocks):
             "gcp:secretmanager/secret:Secret": lambda: {
                 "name": f"projects/123456789012/secrets/{inputs['secretId']}"
             },
+            # The bake's GPU test prints its verdict code last (infra/tooling_image.py GpuTest).
+            "command:local:Command": lambda: (
+                {"stdout": f"{self.secure_boot_verdict}\n"}
+                if args.name.endswith("-gpu-test") and self.secure_boot_verdict is not None
+                else {}
+            ),
         }
         state.update(computed.get(args.typ, dict)())
         if args.typ.startswith("gcp:compute/"):
@@ -195,6 +203,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 "name": f"{family}-0a1b2c3d-73012345",
                 "family": family,
                 "project": args.args.get("project"),
+                # The GPU test's verdict label (images resource `labels`); none on an older bake.
+                "labels": {"secure-boot": self.secure_boot_verdict} if self.secure_boot_verdict else {},
             }
         return {}
 
@@ -299,6 +309,7 @@ def deploy(
     fail_invokes: bool = False,
     tooling_image: bool = True,
     kept_networks: Mapping[str, str] | None = None,
+    secure_boot_verdict: str | None = None,
     network_errors: Mapping[str, str] | None = None,
 ) -> Deployment:
     """Run ``__main__.py`` for a stack file's config plus ``overrides`` (short keys) under mocks.
@@ -308,7 +319,8 @@ def deploy(
     that exist, with their descriptions (a door's network outlives a destroy); ``network_errors``: the
     error text the provider answers those names' lookups with. ``tooling_image``: the
     build's tooling family holds an image (every deployment after the first); without one the program
-    bakes it.
+    bakes it. ``secure_boot_verdict``: the GPU test's verdict (the found image's label, or the bake's
+    test output); None: an image without one.
     """
     ours = {"app": PROJECT, "stack": f"qwen36-{stack}", "managed-by": "pulumi"}
     buckets = {name: ours for name in existing_buckets} | dict(foreign_buckets or {})
@@ -321,6 +333,7 @@ def deploy(
         fail_invokes=fail_invokes,
         tooling_image=tooling_image,
         kept_networks=kept_networks,
+        secure_boot_verdict=secure_boot_verdict,
         network_errors=network_errors,
     )
     monitor = RecordingMonitor(mocks)

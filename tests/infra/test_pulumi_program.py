@@ -161,7 +161,9 @@ def test_the_servers_port_admits_only_the_door_iap_and_health_checks(deployed: D
 
 
 def test_network_with_ranges_opens_8080_to_them_only(stack: str) -> None:
-    d = deploy(stack, {"door": False, "sourceRanges": ["198.51.100.7/32", "203.0.113.0/24"]})
+    d = deploy(
+        stack, {"door": False, "externalIp": True, "sourceRanges": ["198.51.100.7/32", "203.0.113.0/24"]}
+    )
     rules = {r.name: r.inputs for r in d.of_type(FIREWALL)}
     assert set(rules) == {"network-server", "network-iap", "network-health-checks"}
     public = rules["network-server"]
@@ -480,11 +482,11 @@ def test_a_fleet_rolls_out_new_members_before_it_removes_old_ones() -> None:
     )
 
 
-def test_members_have_an_ephemeral_address_for_egress_and_none_is_reserved(deployed: Deployment) -> None:
+def test_members_have_no_external_address_and_none_is_reserved(deployed: Deployment) -> None:
     assert not deployed.of_type(ADDRESS)
     (nic,) = deployed.one(TEMPLATE).inputs["networkInterfaces"]
     assert nic["network"].endswith(f"/global/networks/{deployed.outputs['groupName']}")
-    assert nic["accessConfigs"] == [{"networkTier": "PREMIUM"}]
+    assert not nic.get("accessConfigs")
     assert "staticIp" not in deployed.outputs
 
 
@@ -551,7 +553,9 @@ def test_exports_private_by_default(deployed: Deployment, stack: str) -> None:
 
 
 def test_an_open_range_names_the_members_changing_address_and_the_tunnel() -> None:
-    out = deploy("europe-west4", {"door": False, "sourceRanges": ["198.51.100.7/32"]}).outputs
+    out = deploy(
+        "europe-west4", {"door": False, "externalIp": True, "sourceRanges": ["198.51.100.7/32"]}
+    ).outputs
     assert out["apiBaseUrl"] == "http://localhost:8080/v1"
     assert "198.51.100.7/32" in out["access"] and "changes with every repair" in out["access"]
     assert out["iapTunnel"] in out["access"]
