@@ -10,6 +10,7 @@ from infra.autostop import export_outputs as export_autostop
 from infra.config import deployment_name, load_config, load_gcp_project
 from infra.dashboard import Dashboard, DashboardArgs
 from infra.door import FrontDoor, FrontDoorArgs, project_number
+from infra.door_keys import DoorKeys, DoorKeysArgs
 from infra.fleet import Fleet, FleetArgs, export_fleet
 from infra.health_gate import HealthGate, HealthGateArgs
 from infra.identity import Identity, IdentityArgs
@@ -37,6 +38,8 @@ network = NetworkAccess(
         # members' 8080 admits only Google's ranges. With a door, 8080 admits the door's subnet.
         source_ranges=[] if cfg.fleet else cfg.source_ranges,
         door=cfg.front_door,
+        # Internal addresses only, unless externalIp: the internet through Cloud NAT.
+        nat=not cfg.external_ip,
         depends_on=[apis],
     ),
 )
@@ -71,6 +74,13 @@ api_key = (
 )
 
 # The single server's endpoint: HTTPS, the key, wake on request (the key is required with a door).
+with_door = cfg.front_door and api_key is not None and network.door_subnetwork is not None
+# The door's named keys beside the program's one (`qwen36 keys` adds them).
+door_keys = (
+    DoorKeys("keyset", DoorKeysArgs(project=project, deployment=name, labels=labels, depends_on=[apis]))
+    if with_door
+    else None
+)
 door = (
     FrontDoor(
         "door",
@@ -80,16 +90,18 @@ door = (
             project_number=project_number(project),
             deployment=name,
             group_name=name,
-            network=network.network,
+            network=network.network_name,
             subnetwork=network.door_subnetwork,
             bucket=cache.bucket_name,
             api_key_secret=api_key.secret_id,
+            keys_secret=door_keys.secret_id,
             vm_account_email=identity.email,
+            vm_account_id=identity.unique_id,
             labels=labels,
             depends_on=[apis, network, cache, api_key],
         ),
     )
-    if cfg.front_door and api_key is not None and network.door_subnetwork is not None
+    if door_keys is not None and api_key is not None and network.door_subnetwork is not None
     else None
 )
 
@@ -134,6 +146,7 @@ server = ServerGroup(
         subnetwork=network.subnetwork,
         labels=labels,
         door_url=door.stop_url if door is not None else None,
+        secure_boot=boot_image.secure_boot,
         # The boot reads the bucket, the secret and through the firewall from its first second.
         depends_on=[apis, network, identity, cache] + ([api_key] if api_key else []),
     ),
@@ -233,8 +246,12 @@ if door is not None:
         "dashboard", DashboardArgs(cfg=cfg, project=project, group_name=name, depends_on=[apis])
     )
     pulumi.export("dashboardUrl", dashboard.url)
+if door_keys is not None:
+    pulumi.export("keysSecret", door_keys.name)
 pulumi.export("startupScriptSha256", server.startup_script_sha256)
 pulumi.export("modelCachePath", cache.probe.path)
 pulumi.export("modelCacheNote", cache.probe.summary())
 pulumi.export("bootImage", boot_image.image)
 pulumi.export("bootImageNote", boot_image.summary)
+pulumi.export("secureBoot", boot_image.secure_boot.apply(lambda d: d.on))
+pulumi.export("secureBootNote", boot_image.secure_boot.apply(lambda d: d.reason_line or "Secure Boot on"))

@@ -1,4 +1,5 @@
-"""The door as an ASGI application: the key check, the routes, the hold and the proxy.
+"""The door as an ASGI application: the key check, the door's own endpoints, and the dispatch of
+every other request to the path policy (``door/policy.py``) and the proxy (``door/proxy.py``).
 
 Order of every request: the key (``auth.KeyCheck``) before anything else, so a request without it
 never looks at the group, never wakes the server and never reaches the VM; then the path policy;
@@ -9,19 +10,12 @@ with a page that reloads itself while the server starts). What never does: any o
 tab's polls, ``/v1/models``, assets), ``/health``, a request without the key. So a closed or idle
 UI tab, a dead client or a health poll cannot keep the server up, and the VM's idle watcher (the
 one clock of idleness: every request reaches llama-server through here) sees no use from them.
-
-A held streaming request gets its 200 and SSE comment lines every ``heartbeat_s``; past the bound it
-gets an OpenAI-shaped error event (the SDK raises ``APIError``). A held non-streaming request gets
-nothing until its answer: its status must say how it went (a 200, llama-server's own 400, or a 503
-with ``Retry-After`` past the bound), and HTTP sends one status only, so bytes sent early (whitespace
-before a JSON body, as some proxies do) would turn every later failure into a 200.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
@@ -30,152 +24,39 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import httpx
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-from starlette.types import Message, Receive, Scope, Send
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse
+from starlette.types import Receive, Scope, Send
 
-from door import auth, pages
-from door.config import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES, Settings
+from door import auth, pages, policy
+from door.config import MAX_REQUEST_BYTES, Settings
 from door.gce import Compute, GceError, Metadata
 from door.idtoken import TokenError, Verifier
+from door.keys import KeyState, KeyStore, KeyUnreadable, SecretManager
+from door.keyset import DEFAULT
+from door.limits import Limiter
 from door.metrics import MonitoringWriter, Recorder, RequestRecord
-from door.upstream import ASLEEP, Upstream
+from door.policy import (
+    LOGIN_PATH,
+    RECENT_PATH,
+    STOP_PATH,
+    STREAM_LOOKUP,
+    allowed,
+    canonical,
+    navigation,
+    route_of,
+)
+from door.proxy import (
+    ClientGone,
+    Exchange,
+    cancel_on_disconnect,
+    openai_error,
+    read_body,
+    upstream_url,
+    wants_stream,
+)
+from door.upstream import Upstream
 
 log = logging.getLogger("qwen36.door")
-
-
-STOP_PATH = "/_qwen36/idle-stop"
-LOGIN_PATH = "/_qwen36/login"
-RECENT_PATH = "/_qwen36/recent"
-# llama-server's management and agent endpoints: never through the door. /tools runs shell commands
-# on the VM (facts.md), /slots saves, restores and erases slots, /cors-proxy fetches any URL, the
-# router's /models/* load and unload models, /lora-adapters changes the model, /metrics is for the
-# VM's own agents. /v1/stream and /v1/chat/completions/control belong to the resumable streams the
-# door turns off (X-Conversation-Id, below).
-BLOCKED_PREFIXES = (
-    "/tools",
-    "/slots",
-    "/cors-proxy",
-    "/models/load",
-    "/models/unload",
-    "/models/sse",
-    "/lora-adapters",
-    "/metrics",
-    "/v1/stream",
-    "/v1/chat/completions/control",
-)
-STREAM_LOOKUP = "/v1/streams/lookup"
-MODEL_LISTS = ("/v1/models", "/models")
-# Request headers that never go upstream: hop-by-hop ones (RFC 9110 section 7.6.1), the client's
-# credentials (the door sends its own key), and X-Conversation-Id: with it llama-server b11434 keeps
-# generating after the client has gone, to let it resume (measured: a disconnected stream with the
-# header kept the slot busy for as long as it was watched, one without was cancelled at once).
-DROP_REQUEST = frozenset(
-    {
-        "host", "connection", "keep-alive", "proxy-authorization", "proxy-connection", "te", "trailer",
-        "transfer-encoding", "upgrade", "content-length", "authorization", "x-api-key", "cookie",
-        "x-conversation-id", "accept-encoding",
-    }
-)  # fmt: skip
-DROP_RESPONSE = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "server"})
-SSE_HEADERS = [
-    (b"content-type", b"text/event-stream"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),
-]
-UPSTREAM_TIMEOUT = httpx.Timeout(connect=5.0, read=3600.0, write=60.0, pool=10.0)
-WAKING_REFRESH_S = 5
-
-
-def openai_error(status: int, message: str, kind: str) -> dict[str, Any]:
-    # The shape llama-server and OpenAI answer errors in: {"error": {"message", "type", "code"}}.
-    return {"error": {"message": message, "type": kind, "code": status}}
-
-
-def route_of(method: str, path: str) -> str:
-    if path in ("/v1/chat/completions", "/chat/completions"):
-        return "chat"
-    if path in ("/v1/completions", "/completions", "/completion", "/infill"):
-        return "completions"
-    if path in ("/v1/responses", "/responses"):
-        return "responses"
-    if path.startswith("/v1/messages"):
-        return "messages"
-    if path in ("/v1/embeddings", "/embeddings", "/embedding"):
-        return "embeddings"
-    if path in MODEL_LISTS:
-        return "models"
-    if path == "/health" or path.startswith("/_qwen36/"):
-        return "door"
-    return "ui" if method == "GET" else "other"
-
-
-def _blocked(method: str, path: str) -> bool:
-    if method == "DELETE" or (method == "POST" and path == "/props") or path.startswith("/_qwen36/"):
-        return True
-    return any(path == p or path.startswith(p + "/") for p in BLOCKED_PREFIXES) and path != STREAM_LOOKUP
-
-
-def _navigation(method: str, headers: dict[str, str]) -> bool:
-    """A browser loading a page (not a script's fetch): the one GET that may wake the server."""
-    if method != "GET":
-        return False
-    mode = headers.get("sec-fetch-mode")
-    if mode is not None:
-        return mode == "navigate"
-    return "text/html" in headers.get("accept", "")
-
-
-class SseScan:
-    """Reads llama-server's SSE lines as they pass: the first token's time and the final timings."""
-
-    def __init__(self) -> None:
-        self.buffer = b""
-        self.first_token: float | None = None
-        self.timings: dict[str, Any] | None = None
-
-    def feed(self, chunk: bytes, now: float) -> None:
-        self.buffer += chunk
-        *lines, self.buffer = self.buffer.split(b"\n")
-        for line in lines:
-            if not line.startswith(b"data: {"):
-                continue
-            if self.first_token is not None and b'"timings"' not in line:
-                continue
-            try:
-                event = json.loads(line[6:])
-            except ValueError:
-                continue
-            if self.first_token is None and _has_token(event):
-                self.first_token = now
-            if isinstance(event.get("timings"), dict):
-                self.timings = event["timings"]
-
-
-def _has_token(event: dict[str, Any]) -> bool:
-    if event.get("content"):  # /completion
-        return True
-    for choice in event.get("choices") or []:
-        delta = choice.get("delta") or {}
-        if (
-            delta.get("content")
-            or delta.get("reasoning_content")
-            or delta.get("tool_calls")
-            or choice.get("text")
-        ):
-            return True
-    return False
-
-
-def _apply_timings(record: RequestRecord, timings: dict[str, Any] | None) -> None:
-    if not timings:
-        return
-    try:
-        record.tokens_in = int(timings.get("prompt_n", 0)) + int(timings.get("cache_n", 0))
-        record.tokens_out = int(timings.get("predicted_n", 0))
-        rate = float(timings.get("predicted_per_second", 0.0))
-        record.decode_rate = rate if rate > 0 else None
-    except (TypeError, ValueError):
-        pass
 
 
 class Door:
@@ -187,7 +68,15 @@ class Door:
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.s = settings
-        self.keys = auth.KeyCheck(settings.api_key)
+        self.keys = KeyStore(
+            plain_key=settings.api_key,
+            key_secret=settings.api_key_secret,
+            set_secret=settings.keys_secret,
+            secrets=None,
+            max_age_s=settings.keys_cache_s,
+            clock=clock,
+        )
+        self.limiter = Limiter(clock)
         self.clock = clock
         self.wall = wall
         self.recorder = Recorder(settings.metrics_interval_s, clock=wall)
@@ -195,6 +84,8 @@ class Door:
         self.stopping: asyncio.Event | None = None
         self.api: httpx.AsyncClient | None = None
         self.upstream_client: httpx.AsyncClient | None = None
+        self.fresh_client: httpx.AsyncClient | None = None
+        self.reconnects = 0
         self.upstream: Upstream | None = None
         self.verifier: Verifier | None = None
         self.writer: MonitoringWriter | None = None
@@ -207,14 +98,25 @@ class Door:
     async def startup(self) -> None:
         # trust_env=False: no proxy variables from the environment between the door and Google or the VM.
         self.api = httpx.AsyncClient(trust_env=False)
+        # An idle connection is dropped before llama-server's own keep-alive timeout (5 s) closes
+        # it, so a request seldom meets a connection the server is closing; one that does is retried
+        # on fresh_client, which keeps no connection (proxy.Exchange._send_upstream).
         self.upstream_client = httpx.AsyncClient(
-            trust_env=False, limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+            trust_env=False,
+            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=4.0),
+        )
+        self.fresh_client = httpx.AsyncClient(
+            trust_env=False, limits=httpx.Limits(max_keepalive_connections=0)
         )
         self.metadata = Metadata(self.api, self.s.metadata_url)
         self.compute = Compute(self.api, self.metadata, self.s.compute_url, self.s.group_path)
+        self.keys.secrets = SecretManager(self.api, self.metadata, self.s.secret_manager_url)
         self.upstream = Upstream(self.s, self.compute, self.upstream_client, self.recorder, clock=self.clock)
         self.verifier = Verifier(
-            self._fetch_certs, audiences=self.s.stop_audiences, service_account=self.s.stop_service_account
+            self._fetch_certs,
+            audiences=self.s.stop_audiences,
+            service_account=self.s.stop_service_account,
+            service_account_id=self.s.stop_service_account_id,
         )
         if self.s.metrics:
             url = f"{self.s.monitoring_url}/projects/{self.s.project}/timeSeries"
@@ -231,7 +133,7 @@ class Door:
             self.recorder.close_window()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.writer.flush(), 5.0)
-        for client in (self.api, self.upstream_client):
+        for client in (self.api, self.upstream_client, self.fresh_client):
             if client is not None:
                 await client.aclose()
 
@@ -267,19 +169,34 @@ class Door:
         if scope["type"] != "http":
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        method, path = scope["method"], scope["path"]
+        method = scope["method"]
+        # Every decision below is made on the path as llama-server would see it (door/policy.py).
+        path = canonical(scope.get("raw_path") or scope["path"].encode("utf-8"))
         if path == "/health" and method == "GET":
             await self._health(headers, scope, receive, send)
-        elif path == STOP_PATH and method == "POST":
+            return
+        if path == STOP_PATH and method == "POST":
             await self._idle_stop(headers, scope, receive, send)
-        elif path == LOGIN_PATH and method == "POST":
+            return
+        if path == LOGIN_PATH and method == "POST":
             await self._login(headers, scope, receive, send)
-        elif not self.keys.allows(headers):
-            await self._unauthorized(method, path, headers, scope, receive, send)
-        elif path == RECENT_PATH and method == "GET":
-            await self._recent(scope, receive, send)
+            return
+        shown = scope["path"] if path is None else path
+        try:
+            found = await self.keys.identify(headers)
+        except KeyUnreadable as exc:
+            await self._keys_unreadable(method, shown, str(exc), scope, receive, send)
+            return
+        if found is None:
+            await self._unauthorized(method, shown, headers, scope, receive, send)
+            return
+        name, state = found
+        if path == RECENT_PATH and method == "GET":
+            await self._recent(name, scope, receive, send)
+        elif path is None or not allowed(method, path):
+            await self._not_served(method, shown, name, scope, receive, send)
         else:
-            await self._proxy(method, path, headers, scope, receive, send)
+            await self._proxy(name, state, method, path, headers, scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -302,44 +219,66 @@ class Door:
         """Always 200 while the door runs; looks at nothing, so it wakes nothing. With the key it also
         says what the door last knew of the server."""
         body: dict[str, Any] = {"status": "ok"}
-        if self.keys.allows(headers) and self.upstream is not None:
+        try:
+            found = await self.keys.identify(headers)
+        except KeyUnreadable:
+            found = None
+        if found is not None and self.upstream is not None:
             body.update(server=self.upstream.state(), busy=self.busy, resizes=self.upstream.resizes)
         await JSONResponse(body)(scope, receive, send)
 
-    async def _recent(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _recent(self, name: str, scope: Scope, receive: Receive, send: Send) -> None:
+        """The door's recent requests: all of them for the program's key, a named key's own otherwise
+        (no key's name reaches another key's holder)."""
+        records = [r for r in self.recorder.recent if name == DEFAULT or r.get("key") == name]
         body = {
-            "requests": list(self.recorder.recent),
+            "requests": records,
             "wakes": list(self.recorder.recent_wakes),
             "server": self.upstream.state() if self.upstream else "unknown",
             "resizes": self.upstream.resizes if self.upstream else 0,
             "stops": self.stops,
+            "reconnects": self.reconnects,
             "busy": self.busy,
         }
         await JSONResponse(body)(scope, receive, send)
 
     async def _login(self, headers: dict[str, str], scope: Scope, receive: Receive, send: Send) -> None:
-        body = await _read_body(receive, 64 * 1024)
+        """The key page's form: any valid key opens the UI, with a session cookie naming that key."""
+        body = await read_body(receive, 64 * 1024)
         key = (parse_qs((body or b"").decode("utf-8", "replace")).get("key") or [""])[0].strip()
-        if not key or not self.keys.key_matches(key):
+        try:
+            state = await self.keys.state()
+        except KeyUnreadable:
+            page = pages.key_page("The door cannot read its keys yet; try again in a minute.")
+            headers_out = {"Retry-After": str(self.s.retry_after_s)}
+            await HTMLResponse(page, status_code=503, headers=headers_out)(scope, receive, send)
+            return
+        name = state.match(key) if key else None
+        if name is None:
             await HTMLResponse(pages.key_page("That is not the key."), status_code=401)(scope, receive, send)
             return
         response = RedirectResponse("/", status_code=303)
         secure = headers.get("x-forwarded-proto", scope.get("scheme", "http")) == "https"
         response.set_cookie(
-            auth.COOKIE,
-            auth.cookie_value(self.s.api_key),
-            httponly=True,
-            secure=secure,
-            samesite="strict",
-            path="/",
+            auth.COOKIE, state.cookie(name), httponly=True, secure=secure, samesite="strict", path="/"
         )
         await response(scope, receive, send)
+
+    async def _keys_unreadable(
+        self, method: str, path: str, why: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """A keyed request while the door cannot read its keys (a new grant still propagating)."""
+        self.recorder.request(RequestRecord(route_of(method, path), False, 503, arrived=self.wall(), key="-"))
+        error = openai_error(503, f"the door cannot check keys yet: {why}; retry", "unavailable_error")
+        error["error"]["code"] = "door_key_unreadable"
+        headers = {"Retry-After": str(self.s.retry_after_s)}
+        await JSONResponse(error, 503, headers=headers)(scope, receive, send)
 
     async def _unauthorized(
         self, method: str, path: str, headers: dict[str, str], scope: Scope, receive: Receive, send: Send
     ) -> None:
-        self.recorder.request(RequestRecord(route_of(method, path), False, 401, arrived=self.wall()))
-        if _navigation(method, headers):
+        self.recorder.request(RequestRecord(route_of(method, path), False, 401, arrived=self.wall(), key="-"))
+        if navigation(method, headers):
             await HTMLResponse(pages.key_page(), status_code=401)(scope, receive, send)
             return
         await JSONResponse(
@@ -383,386 +322,73 @@ class Door:
 
     # --- the proxy --------------------------------------------------------------------------
 
+    async def _not_served(
+        self, method: str, path: str, name: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        await JSONResponse(
+            openai_error(404, f"{method} {path[:200]} is not served through the door", "not_found_error"), 404
+        )(scope, receive, send)
+        self.recorder.request(
+            RequestRecord(route_of(method, path), False, 404, arrived=self.wall(), key=name)
+        )
+
     async def _proxy(
-        self, method: str, path: str, headers: dict[str, str], scope: Scope, receive: Receive, send: Send
+        self,
+        name: str,
+        state: KeyState,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        scope: Scope,
+        receive: Receive,
+        send: Send,
     ) -> None:
         assert self.upstream is not None
         route = route_of(method, path)
-        if _blocked(method, path):
+        try:
+            upstream_url("http://127.0.0.1", path, scope.get("query_string", b""))
+        except (ValueError, httpx.InvalidURL):
             await JSONResponse(
-                openai_error(404, f"{path} is not served through the door", "not_found_error"), 404
+                openai_error(400, "the query cannot be passed on", "invalid_request_error"), 400
             )(scope, receive, send)
-            self.recorder.request(RequestRecord(route, False, 404, arrived=self.wall()))
             return
         if path == STREAM_LOOKUP and method == "POST":
             # The door turns resumable streams off, so none is ever live: the UI reads [] as "nothing
             # to resume" (llama-server's own answer for unknown conversation ids).
-            await _read_body(receive, MAX_REQUEST_BYTES)
+            await read_body(receive, MAX_REQUEST_BYTES)
             await JSONResponse([])(scope, receive, send)
             return
-        body = await _read_body(receive, MAX_REQUEST_BYTES)
+        body = await read_body(receive, MAX_REQUEST_BYTES)
         if body is None:
             await JSONResponse(openai_error(413, "request body too large", "invalid_request_error"), 413)(
                 scope, receive, send
             )
             return
-        stream = method == "POST" and _wants_stream(body)
-        record = RequestRecord(route, stream, arrived=self.wall())
-        exchange = Exchange(self, method, path, scope, headers, body, record, send)
-        wakes = method == "POST" or _navigation(method, headers)
+        stream = method == "POST" and wants_stream(body)
+        record = RequestRecord(route, stream, arrived=self.wall(), key=name)
+        limits = state.limits(name)
+        refused = self.limiter.admit(name, limits)
+        if refused is not None:
+            retry_after, why = refused
+            record.status = 429
+            self.recorder.request(record)
+            message = f"this key's limit is {why}: retry after {retry_after} s"
+            error = openai_error(429, message, "rate_limit_error", "rate_limit_exceeded")
+            await JSONResponse(error, 429, headers={"Retry-After": str(retry_after)})(scope, receive, send)
+            return
+        exchange = Exchange(self, method, path, scope, headers, body, record, send, state.program)
+        wakes = policy.wakes(method, path, headers)
         self.busy += 1
         try:
-            async with _cancel_on_disconnect(receive):
+            async with cancel_on_disconnect(receive):
                 await (exchange.run() if wakes else exchange.run_without_wake())
-        except _ClientGone:
+        except ClientGone:
             record.status = 499
             if record.hold_s is None and exchange.holding_since is not None:
                 record.hold_s, record.hold_outcome = self.clock() - exchange.holding_since, "gone"
         finally:
             self.busy -= 1
+            self.limiter.release(name, limits, (record.tokens_in or 0) + (record.tokens_out or 0))
             record.total_s = self.clock() - exchange.t0
             if record.status:
                 self.recorder.request(record)
-
-
-class _ClientGone(Exception):
-    pass
-
-
-@contextlib.asynccontextmanager
-async def _cancel_on_disconnect(receive: Receive) -> Any:
-    """Runs the body; the moment the client's connection goes, cancels it (and so the upstream
-    request, whose connection the cancelled stream closes) and raises ``_ClientGone``."""
-    task = asyncio.current_task()
-    assert task is not None
-    gone = False
-
-    async def watch() -> None:
-        nonlocal gone
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                gone = True
-                task.cancel()
-                return
-
-    watcher = asyncio.create_task(watch())
-    try:
-        yield
-    except asyncio.CancelledError:
-        if gone:
-            task.uncancel()
-            raise _ClientGone() from None
-        raise
-    finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _ClientGone()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-def _wants_stream(body: bytes) -> bool:
-    if b'"stream"' not in body:
-        return False
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        return False
-    return isinstance(doc, dict) and doc.get("stream") is True
-
-
-class _Unreachable(Exception):
-    """No answer from the member's address (gone, or not listening): nothing was served."""
-
-
-class _Bound(Exception):
-    """The wake took longer than the bound."""
-
-
-class Exchange:
-    """One proxied request: the wait for the server (held or not), then the upstream call."""
-
-    def __init__(
-        self,
-        door: Door,
-        method: str,
-        path: str,
-        scope: Scope,
-        headers: dict[str, str],
-        body: bytes,
-        record: RequestRecord,
-        send: Send,
-    ) -> None:
-        self.door = door
-        self.s = door.s
-        self.method, self.path, self.scope = method, path, scope
-        self.headers, self.body, self.record, self._send = headers, body, record, send
-        self.t0 = door.clock()
-        self.deadline = self.t0 + self.s.wake_bound_s
-        self.holding_since: float | None = None
-        self.sse_started = False
-
-    async def send(self, message: Message) -> None:
-        await self._send(message)
-
-    async def respond(self, response: Response) -> None:
-        async def no_receive() -> Message:
-            return {"type": "http.request", "body": b"", "more_body": False}
-
-        await response(self.scope, no_receive, self.send)
-
-    def _upstream_headers(self) -> dict[str, str]:
-        out = {k: v for k, v in self.headers.items() if k not in DROP_REQUEST}
-        out["authorization"] = f"Bearer {self.s.api_key}"
-        return out
-
-    # A request that may wake the server.
-    async def run(self) -> None:
-        assert self.door.upstream is not None
-        for _attempt in range(2):
-            url = await self._await_server()
-            if url is None:
-                return
-            try:
-                await self._forward(url)
-                return
-            except _Unreachable:
-                # The member went away (preempted, repaired, stopped): no answer came, so look again.
-                self.door.upstream.invalidate(url)
-        await self._fail(502, "llama-server did not accept the connection", "server_error")
-
-    async def run_without_wake(self) -> None:
-        """A GET that only reads: served when the server is up, answered by the door when it is not."""
-        upstream = self.door.upstream
-        assert upstream is not None
-        probe = await upstream.probe()
-        if probe.url is not None:
-            try:
-                await self._forward(probe.url)
-                return
-            except _Unreachable:
-                upstream.invalidate(probe.url)
-                probe = await upstream.probe()
-        if self.path in MODEL_LISTS and self.s.model_alias:
-            # What llama-server answers for /v1/models, from the alias it serves (--alias).
-            models = {
-                "object": "list",
-                "data": [{"id": self.s.model_alias, "object": "model", "owned_by": "llamacpp"}],
-            }
-            self.record.status = 200
-            await self.respond(JSONResponse(models))
-            return
-        message = (
-            "the server is stopped while idle; a completion request wakes it"
-            if probe.state == ASLEEP
-            else "the server is starting"
-        )
-        await self._fail(503, message, "unavailable_error")
-
-    async def _await_server(self) -> str | None:
-        """The server's URL, holding the request while it starts; None when an answer was sent."""
-        upstream = self.door.upstream
-        assert upstream is not None
-        while self.door.stopping is not None:
-            await self.door.stopping.wait()
-        if upstream.url is not None:
-            return upstream.url
-        task = upstream.wake()
-        if _navigation(self.method, self.headers):
-            # A browser gets a page that reloads itself; the wake runs on without it.
-            with contextlib.suppress(TimeoutError):
-                return await asyncio.wait_for(asyncio.shield(task), self.s.stream_grace_s)
-            self.record.status = 503
-            page = pages.waking_page(self.door.clock() - self.t0, WAKING_REFRESH_S)
-            await self.respond(HTMLResponse(page, 503, headers={"Retry-After": str(WAKING_REFRESH_S)}))
-            return None
-        self.holding_since = self.t0
-        try:
-            if self.record.stream:
-                url = await self._hold_streaming(task)
-            else:
-                url = await self._wait(task, self.deadline)
-        except _Bound:
-            self.record.hold_s, self.record.hold_outcome = self.door.clock() - self.t0, "bound"
-            await self._fail(
-                503,
-                f"the server did not come up within {self.s.wake_bound_s:.0f} s; it is still starting: retry",
-                "unavailable_error",
-                retry_after=True,
-            )
-            return None
-        except (TimeoutError, GceError, httpx.HTTPError) as exc:
-            self.record.hold_s, self.record.hold_outcome = self.door.clock() - self.t0, "failed"
-            await self._fail(
-                503, f"the server could not be started: {exc}", "unavailable_error", retry_after=True
-            )
-            return None
-        self.record.hold_s, self.record.hold_outcome = self.door.clock() - self.t0, "served"
-        return url
-
-    async def _wait(self, task: asyncio.Task[str], until: float) -> str:
-        remaining = until - self.door.clock()
-        if remaining <= 0:
-            raise _Bound()
-        try:
-            return await asyncio.wait_for(asyncio.shield(task), remaining)
-        except TimeoutError:
-            if task.done() and task.exception() is not None:
-                raise
-            raise _Bound() from None
-
-    async def _hold_streaming(self, task: asyncio.Task[str]) -> str:
-        with contextlib.suppress(_Bound):
-            return await self._wait(task, min(self.deadline, self.t0 + self.s.stream_grace_s))
-        await self.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-        self.sse_started = True
-        while True:
-            beat = min(self.deadline, self.door.clock() + self.s.heartbeat_s)
-            waited = f"{self.door.clock() - self.t0:.0f}"
-            comment = f": waking the server ({waited} s); the answer follows\n\n".encode()
-            await self.send({"type": "http.response.body", "body": comment, "more_body": True})
-            with contextlib.suppress(_Bound):
-                return await self._wait(task, beat)
-            if self.door.clock() >= self.deadline:
-                raise _Bound()
-
-    async def _fail(self, status: int, message: str, kind: str, *, retry_after: bool = False) -> None:
-        self.record.status = status
-        error = openai_error(status, message, kind)
-        if self.sse_started:
-            await self._end_with_event(error)
-            return
-        headers = {"Retry-After": str(self.s.retry_after_s)} if retry_after or status == 503 else None
-        await self.respond(JSONResponse(error, status, headers=headers))
-
-    async def _end_with_event(self, error: dict[str, Any]) -> None:
-        """Ends a stream whose 200 already went out with the error as its last event."""
-        event = b"data: " + json.dumps(error).encode() + b"\n\n"
-        await self.send({"type": "http.response.body", "body": event, "more_body": False})
-
-    async def _forward(self, url: str) -> None:
-        client = self.door.upstream_client
-        assert client is not None
-        query = self.scope.get("query_string", b"").decode("latin-1")
-        target = f"{url}{self.path}" + (f"?{query}" if query else "")
-        request = client.build_request(
-            self.method, target, headers=self._upstream_headers(), content=self.body, timeout=UPSTREAM_TIMEOUT
-        )
-        sent = self.door.clock()
-        try:
-            response = await client.send(request, stream=True)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
-            raise _Unreachable(str(exc)) from exc
-        try:
-            if self.sse_started:
-                await self._stream_into_sse(response, sent)
-            elif self.record.stream and response.headers.get("content-type", "").startswith(
-                "text/event-stream"
-            ):
-                await self.send(
-                    {
-                        "type": "http.response.start",
-                        "status": response.status_code,
-                        "headers": _headers(response),
-                    }
-                )
-                self.sse_started = True
-                await self._pass_stream(response, sent)
-            else:
-                await self._pass_whole(response, sent)
-        finally:
-            await response.aclose()
-
-    async def _stream_into_sse(self, response: httpx.Response, sent: float) -> None:
-        """The upstream answer of a stream whose 200 already went out (after a hold)."""
-        if response.status_code != 200:
-            body = await _read_limited(response)
-            self.record.status = response.status_code
-            try:
-                error = json.loads(body)
-                assert isinstance(error, dict) and "error" in error
-            except (ValueError, AssertionError):
-                error = openai_error(
-                    response.status_code, body[:500].decode("utf-8", "replace"), "server_error"
-                )
-            await self._end_with_event(error)
-            return
-        await self._pass_stream(response, sent)
-
-    async def _pass_stream(self, response: httpx.Response, sent: float) -> None:
-        scan = SseScan()
-        self.record.status = response.status_code
-        try:
-            async for chunk in response.aiter_raw():
-                scan.feed(chunk, self.door.clock())
-                await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except httpx.HTTPError as exc:
-            # llama-server died or the VM went away mid-answer: say so in the stream, don't just stop.
-            assert self.door.upstream is not None
-            self.door.upstream.invalidate()
-            await self._fail(502, f"the server went away mid-answer ({type(exc).__name__})", "server_error")
-            return
-        finally:
-            if scan.first_token is not None:
-                self.record.ttft_s = scan.first_token - self.t0
-                if scan.timings is not None:
-                    prompt_s = float(scan.timings.get("prompt_ms", 0.0)) / 1000
-                    self.record.queue_s = max(0.0, scan.first_token - sent - prompt_s)
-            _apply_timings(self.record, scan.timings)
-        await self.send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    async def _pass_whole(self, response: httpx.Response, sent: float) -> None:
-        try:
-            body = await _read_limited(response)
-        except httpx.HTTPError as exc:
-            assert self.door.upstream is not None
-            self.door.upstream.invalidate()
-            await self._fail(502, f"the server went away mid-answer ({type(exc).__name__})", "server_error")
-            return
-        done = self.door.clock()
-        self.record.status = response.status_code
-        if response.headers.get("content-type", "").startswith("application/json") and b'"timings"' in body:
-            with contextlib.suppress(ValueError, TypeError, AttributeError):
-                timings = json.loads(body).get("timings")
-                if isinstance(timings, dict):
-                    _apply_timings(self.record, timings)
-                    self.record.ttft_s = max(
-                        0.0, done - self.t0 - float(timings.get("predicted_ms", 0.0)) / 1000
-                    )
-        headers = [*_headers(response), (b"content-length", str(len(body)).encode())]
-        await self.send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-        await self.send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-def _headers(response: httpx.Response) -> list[tuple[bytes, bytes]]:
-    return [
-        (k.lower().encode("latin-1"), v.encode("latin-1"))
-        for k, v in response.headers.multi_items()
-        if k.lower() not in DROP_RESPONSE
-    ]
-
-
-async def _read_limited(response: httpx.Response) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_raw():
-        size += len(chunk)
-        if size > MAX_RESPONSE_BYTES:
-            raise httpx.ReadError("the answer is larger than the door passes whole")
-        chunks.append(chunk)
-    return b"".join(chunks)

@@ -4,6 +4,7 @@ them as the contract infra must satisfy)."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,9 @@ DEFAULT_HEALTH_POLL_S = 2.0
 # while the server sleeps costs one Compute call every few seconds, not one per poll.
 DEFAULT_PROBE_CACHE_S = 5.0
 DEFAULT_METRICS_INTERVAL_S = 60.0
+# How long the door keeps what it read of its keys (door/keys.py): at most 30 s, so that a
+# revocation takes effect within 60 s even across a failed read.
+DEFAULT_KEYS_CACHE_S = 30.0
 DEFAULT_UPSTREAM_PORT = 8080
 # Cloud Run caps an HTTP/1 request body at 32 MiB (https://cloud.google.com/run/quotas).
 MAX_REQUEST_BYTES = 32 * 1024 * 1024
@@ -39,6 +43,8 @@ MONITORING_URL = "https://monitoring.googleapis.com/v3"
 METADATA_URL = "http://metadata.google.internal"
 # Google's ID-token signing keys as JSON Web Keys: https://developers.google.com/identity/openid-connect/openid-connect#validatinganidtoken
 CERTS_URL = "https://www.googleapis.com/oauth2/v3/certs"
+SECRET_MANAGER_URL = "https://secretmanager.googleapis.com/v1"  # noqa: S105 (an endpoint, not a secret)
+_SECRET_NAME = re.compile(r"projects/[^/]+/secrets/[A-Za-z0-9_-]{1,255}")
 
 
 class ConfigError(ValueError):
@@ -51,6 +57,10 @@ class Settings:
     project: str
     region: str
     group: str
+    api_key_secret: str = ""
+    keys_secret: str = ""
+    secret_manager_url: str = SECRET_MANAGER_URL
+    keys_cache_s: float = DEFAULT_KEYS_CACHE_S
     upstream_port: int = DEFAULT_UPSTREAM_PORT
     model_alias: str = ""
     wake_bound_s: float = DEFAULT_WAKE_BOUND_S
@@ -61,6 +71,7 @@ class Settings:
     probe_cache_s: float = DEFAULT_PROBE_CACHE_S
     stop_audiences: tuple[str, ...] = ()
     stop_service_account: str = ""
+    stop_service_account_id: str = ""
     metrics: bool = True
     metrics_interval_s: float = DEFAULT_METRICS_INTERVAL_S
     service: str = "qwen36-door"
@@ -95,16 +106,27 @@ def _required(env: Mapping[str, str], name: str) -> str:
 
 
 def _api_key(env: Mapping[str, str]) -> str:
-    """The key from ``QWEN36_DOOR_API_KEY`` (a Secret Manager env reference) or from the file
-    ``QWEN36_DOOR_API_KEY_FILE`` (a secret volume), stripped of the trailing newline files carry."""
+    """The key from ``QWEN36_DOOR_API_KEY`` or from the file ``QWEN36_DOOR_API_KEY_FILE``, stripped
+    of the trailing newline files carry: local runs and tests. On Cloud Run the door reads it from
+    Secret Manager itself (``QWEN36_DOOR_API_KEY_SECRET``, door/keys.py)."""
     key = env.get(PREFIX + "API_KEY", "")
     path = env.get(PREFIX + "API_KEY_FILE", "")
     if path:
         key = Path(path).read_text(encoding="utf-8")
     key = key.strip()
-    if not key:
-        raise ConfigError(f"{PREFIX}API_KEY (or {PREFIX}API_KEY_FILE) is not set: the door never runs open")
+    if not key and not env.get(PREFIX + "API_KEY_SECRET", "").strip():
+        raise ConfigError(
+            f"{PREFIX}API_KEY_SECRET (or {PREFIX}API_KEY, {PREFIX}API_KEY_FILE) is not set: "
+            "the door never runs open"
+        )
     return key
+
+
+def _secret_name(env: Mapping[str, str], name: str) -> str:
+    value = env.get(PREFIX + name, "").strip()
+    if value and not _SECRET_NAME.fullmatch(value):
+        raise ConfigError(f"{PREFIX}{name}={value!r} is not projects/<project>/secrets/<id>")
+    return value
 
 
 def from_env(env: Mapping[str, str] | None = None) -> Settings:
@@ -117,6 +139,10 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         project=_required(env, "PROJECT"),
         region=_required(env, "REGION"),
         group=_required(env, "GROUP"),
+        api_key_secret=_secret_name(env, "API_KEY_SECRET"),
+        keys_secret=_secret_name(env, "KEYS_SECRET"),
+        secret_manager_url=env.get(PREFIX + "SECRET_MANAGER_URL", SECRET_MANAGER_URL).rstrip("/"),
+        keys_cache_s=min(_float(env, "KEYS_CACHE_S", DEFAULT_KEYS_CACHE_S), DEFAULT_KEYS_CACHE_S),
         upstream_port=int(_float(env, "UPSTREAM_PORT", DEFAULT_UPSTREAM_PORT)),
         model_alias=env.get(PREFIX + "MODEL_ALIAS", ""),
         wake_bound_s=_float(env, "WAKE_BOUND_S", DEFAULT_WAKE_BOUND_S),
@@ -127,6 +153,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         probe_cache_s=_float(env, "PROBE_CACHE_S", DEFAULT_PROBE_CACHE_S),
         stop_audiences=audiences,
         stop_service_account=env.get(PREFIX + "STOP_SERVICE_ACCOUNT", "").strip(),
+        stop_service_account_id=env.get(PREFIX + "STOP_SERVICE_ACCOUNT_ID", "").strip(),
         metrics=env.get(PREFIX + "METRICS", "1") not in ("0", "false", "off", ""),
         metrics_interval_s=_float(env, "METRICS_INTERVAL_S", DEFAULT_METRICS_INTERVAL_S),
         # Cloud Run sets K_SERVICE to the service's name (the container runtime contract:

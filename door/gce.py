@@ -33,7 +33,9 @@ COMPUTE_MARKER = "/compute/v1/"
 
 
 class GceError(RuntimeError):
-    pass
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,9 @@ class Compute:
             method, url, params=params, headers=headers, content=content, timeout=API_TIMEOUT_S
         )
         if reply.status_code != 200:
+            where = url.removeprefix(self.base_url)
             raise GceError(
-                f"{method} {url.removeprefix(self.base_url)} answered {reply.status_code}: {reply.text[:300]}"
+                f"{method} {where} answered {reply.status_code}: {reply.text[:300]}", reply.status_code
             )
         body: dict[str, Any] = reply.json()
         return body

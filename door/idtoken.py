@@ -11,8 +11,14 @@ RS256. The door checks it as Google's OpenID Connect guide says
 * ``iss`` is ``https://accounts.google.com`` or ``accounts.google.com``;
 * ``aud`` is one of the door's configured URLs (a token minted for another service is refused);
 * ``exp`` is in the future and ``iat`` not in the future, each within a minute of clock skew;
-* ``email`` is the VM's service account and ``email_verified`` is true: the metadata server's
-  tokens carry both for the instance's service account (the JWT payload on the page above).
+* the token is the VM's service account's: ``email`` is that account and ``email_verified`` is
+  true (the metadata server's ``format=full`` tokens carry both: the JWT payload on the page above),
+  or, where no ``email`` claim comes, ``sub`` (or ``azp``) is the account's unique id, as OpenID
+  Connect's stable identifier of the subject ("sub ... never reused",
+  https://developers.google.com/identity/openid-connect/openid-connect#an-id-tokens-payload; smallstep's
+  GCP provisioner accepts a GCE token on ``sub`` or ``email`` alike, smallstep/certificates
+  authority/provisioner/gcp.go). Which claims a real GCE token carries is secondary evidence only, so
+  either proof passes; a token of any other account fails both.
 
 Any failure is a ``TokenError`` naming the first check that failed.
 """
@@ -77,11 +83,13 @@ class Verifier:
         *,
         audiences: tuple[str, ...],
         service_account: str,
+        service_account_id: str = "",
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._fetch = fetch
         self.audiences = audiences
         self.service_account = service_account
+        self.service_account_id = service_account_id
         self._clock = clock
         self._keys: Keys | None = None
         self._last_fetch = -1e18
@@ -142,7 +150,14 @@ class Verifier:
             raise TokenError("the token has expired")
         if iat - SKEW_S > now:
             raise TokenError("the token was issued in the future")
-        if claims.get("email") != self.service_account:
-            raise TokenError(f"email {claims.get('email')!r} is not the server's service account")
+        email = claims.get("email")
+        if email is None and self.service_account_id:
+            subject = {claims.get("sub"), claims.get("azp")}
+            if self.service_account_id not in subject:
+                sub, azp = claims.get("sub"), claims.get("azp")
+                raise TokenError(f"sub {sub!r} (azp {azp!r}) is not the server's service account")
+            return
+        if email != self.service_account:
+            raise TokenError(f"email {email!r} is not the server's service account")
         if claims.get("email_verified") is not True:
             raise TokenError("email_verified is not true")

@@ -53,6 +53,8 @@ class RequestRecord:
     route: str
     stream: bool
     status: int = 0
+    key: str = "-"
+    """The name of the key it came with ("-" for none, or none the door could check); never the key."""
     arrived: float = 0.0
     """time.time() of arrival (wall clock, for the recent-requests view)."""
     ttft_s: float | None = None
@@ -164,11 +166,18 @@ class Recorder:
             add("ttft", r.ttft_s, stream=_label(r.stream), held=_label(r.hold_s is not None))
             add("hold", r.hold_s, outcome=r.hold_outcome or "served")
             add("server_queue", r.queue_s)
-            add("tokens_in", r.tokens_in)
-            add("tokens_out", r.tokens_out)
+            add("tokens_in", r.tokens_in, key=r.key)
+            add("tokens_out", r.tokens_out, key=r.key)
             add("decode_rate", r.decode_rate)
             key = tuple(
-                sorted({"status": str(r.status), "route": r.route, "stream": _label(r.stream)}.items())
+                sorted(
+                    {
+                        "status": str(r.status),
+                        "route": r.route,
+                        "stream": _label(r.stream),
+                        "key": r.key,
+                    }.items()
+                )
             )
             counts[key] = counts.get(key, 0) + 1
         for w in window.wakes:

@@ -32,6 +32,9 @@ WAKE_TASK_LIMIT_S = 1800.0
 log = logging.getLogger("qwen36.door")
 
 UP, ASLEEP, STARTING = "up", "asleep", "starting"
+# The door's account cannot read or resize the group yet: a new grant still propagating (IAM changes
+# take up to a few minutes: https://cloud.google.com/iam/docs/access-change-propagation).
+GRANT_PENDING = "grant_pending"
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ class Upstream:
                 result = Probe(STARTING)
         except (GceError, httpx.HTTPError) as exc:
             log.warning("could not read the group: %s", exc)
-            result = Probe(STARTING)
+            result = Probe(GRANT_PENDING if isinstance(exc, GceError) and exc.status == 403 else STARTING)
         self._negative = (self.clock(), result)
         return result
 
@@ -149,6 +152,10 @@ class Upstream:
                         log.info("group %s was at 0: resized to 1 (requestId %s)", self.s.group, request_id)
                     url = await self._running_url()
                 except (GceError, httpx.HTTPError) as exc:
+                    if isinstance(exc, GceError) and exc.status == 403:
+                        # Every waiting request gets its answer now; the next one wakes again.
+                        self._negative = (self.clock(), Probe(GRANT_PENDING))
+                        raise
                     log.warning("wake: %s; trying again", exc)
                     url = None
                 if url is not None:

@@ -19,9 +19,12 @@ The group itself creates and deletes its members with Google's own service agent
 needs no ``compute.instances.*`` permission for that.
 
 NOTE: custom roles are soft-deleted: after ``pulumi destroy`` the role id is held for 7 days and then
-for up to 30 more days in which it cannot be reused, so a fixed id would fail a redeploy within those
-37 days. The id carries a random suffix, new for each deployment (the ``RandomId`` lives in the
-stack's state, so later ``up``s keep it). https://cloud.google.com/iam/docs/creating-custom-roles#deleting-custom-role
+for up to 30 more days in which it is purged and cannot be reused
+(https://cloud.google.com/iam/docs/creating-custom-roles#deleting-custom-role). Within the first 7
+days the provider's create finds the soft-deleted role and undeletes and updates it (magic-modules
+services/resourcemanager/resource_google_project_iam_custom_role.go, create path), so a fixed id
+would fail a redeploy in days 7-37 after a destroy. The id carries a random suffix, new for each
+deployment (the ``RandomId`` lives in the stack's state, so later ``up``s keep it).
 """
 
 from __future__ import annotations
@@ -129,11 +132,22 @@ class AutostopArgs:
     depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
 
 
+# A managed group names its members <base instance name>-<4 random characters of [a-z0-9]>
+# (https://cloud.google.com/compute/docs/instance-groups/creating-groups-of-managed-instances: "the
+# base instance name ... followed by a hyphen and four random characters"). A prefix test alone would
+# also match another stack's group (qwen36-dev- prefixes qwen36-dev-2-abcd), so the whole name is
+# matched: CEL's matches() (RE2), per the CEL language definition that the IAM attribute reference
+# defers to (https://cloud.google.com/iam/docs/conditions-attribute-reference).
+MEMBER_SUFFIX = "-[a-z0-9]{4}"
+
+
 def member_condition(group: str) -> str:
-    """CEL that matches the instances of ``group`` only (GCE names them ``<group>-<4 characters>``)."""
+    """CEL that matches the instances of ``group`` only (``<group>-<4 characters>``, the whole name);
+    a GCE name has no character a regular expression treats specially ([a-z0-9-])."""
+    pattern = f"^{group}{MEMBER_SUFFIX}$"
     return (
         'resource.type == "compute.googleapis.com/Instance" && '
-        f'resource.name.extract("/instances/{{name}}").startsWith("{group}-")'
+        f'resource.name.extract("/instances/{{name}}").matches("{pattern}")'
     )
 
 

@@ -169,6 +169,10 @@ class StackConfig(BaseModel):
     allow_public_internet: bool = False
     api_key: bool = True
     door: bool = True
+    # An ephemeral external address on every VM (the members and the image builder) for their egress,
+    # as before Cloud NAT; false (the default): internal addresses only, Cloud NAT for the internet
+    # and Private Google Access for Google's APIs (infra/network.py).
+    external_ip: bool = False
     # How long the door holds a request for a wake; infra/door.py's wake_bound_s derives the default.
     door_wake_bound_seconds: int = Field(default=360, ge=180, le=3000)
     # The two risks a reachable endpoint can carry, each refused unless named (access says so).
@@ -355,6 +359,7 @@ class StackConfig(BaseModel):
         if self.threads > self.vcpus:
             raise _FieldError("threads", f"{self.machine_type} has {self.vcpus} vCPUs; use 0 for all of them")
         self._fleet_checks()
+        self._external_ip_check()
         # The door's own needs: with it, no risk key can make apiKey false or a range work.
         self._door_checks()
         self._fit_check()
@@ -399,7 +404,20 @@ class StackConfig(BaseModel):
                 "source_ranges",
                 "with the front door (door: true) the endpoint is the door's HTTPS URL, which admits "
                 "whoever has the API key and opens no port on the VM; leave sourceRanges empty, or set "
-                "door: false to open the VM's port to these ranges instead",
+                "door: false and externalIp: true to open the VM's port to these ranges instead",
+            )
+
+    def _external_ip_check(self) -> None:
+        # sourceRanges of a single server without a door open the VM's own port 8080, which the
+        # internet reaches only on an external address (Cloud NAT carries no inbound connection:
+        # https://cloud.google.com/nat/docs/overview).
+        opened = [r for r in self.source_ranges if r != IAP_TCP_FORWARDING_RANGE]
+        if opened and not self.fleet and not self.door and not self.external_ip:
+            raise _FieldError(
+                "source_ranges",
+                "with door: false, sourceRanges open port 8080 on the VM's own address, and the VMs have "
+                "no external address unless externalIp: true; set externalIp: true to mean it, or leave "
+                "sourceRanges empty and reach the server through an IAP tunnel",
             )
 
     def _exposure_checks(self) -> None:

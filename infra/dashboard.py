@@ -38,6 +38,37 @@ DOOR_RESOURCE = "generic_task"
 # https://cloud.google.com/monitoring/api/metrics_gcp_c#gcp-compute (instance/uptime)
 # https://cloud.google.com/monitoring/promql/promql-mapping
 UPTIME_PROMQL = "compute_googleapis_com:instance_uptime"
+# The door's series carry the key's name as the label `key` (never the key: docs/door.md).
+KEY_LABEL = "key"
+
+
+def promql_name(metric_type: str) -> str:
+    """A metric type's PromQL name: the first "/" a ":", every other "/" and "." a "_"; a distribution
+    is then a histogram, its total the ``_sum`` series.
+    https://cloud.google.com/monitoring/promql/promql-mapping"""
+    domain, path = metric_type.split("/", 1)
+    return f"{domain.replace('.', '_')}:{path.replace('/', '_').replace('.', '_')}"
+
+
+def spend_promql(group: str, hourly: float) -> str:
+    """The server VM's estimated spend of the last 30 days: its members' uptime times the hourly price."""
+    return (
+        f"sum(sum_over_time({UPTIME_PROMQL}"
+        f'{{monitored_resource="gce_instance",instance_name=~"{group}-.*"}}[30d])) / 3600 * {hourly}'
+    )
+
+
+def _tokens_30d(metric_type: str, aggregate: str) -> str:
+    series = f'{promql_name(metric_type)}_sum{{monitored_resource="{DOOR_RESOURCE}"}}'
+    return f"{aggregate}(sum_over_time({series}[30d]))"
+
+
+def spend_by_key_promql(group: str, hourly: float, tokens_in: str, tokens_out: str) -> str:
+    """The same 30 days' spend split by each key's share of the tokens the door counted (prompt and
+    completion alike: both occupy the one server)."""
+    per_key = " + ".join(_tokens_30d(t, f"sum by ({KEY_LABEL}) ") for t in (tokens_in, tokens_out))
+    total = " + ".join(_tokens_30d(t, "sum") for t in (tokens_in, tokens_out))
+    return f"({per_key}) / scalar({total}) * scalar({spend_promql(group, hourly)})"
 
 
 def _series(metric_type: str, resource: str, aligner: str, reducer: str, by: Sequence[str] = ()) -> dict:
@@ -76,10 +107,8 @@ def _percentiles(metric_type: str, resource: str = DOOR_RESOURCE) -> list[dict]:
 def widgets(cfg: StackConfig, group: str) -> list[dict]:
     door = door_metrics()
     hourly = estimate_hourly_cost(cfg).usd_per_hour
-    spend = (
-        f"sum(sum_over_time({UPTIME_PROMQL}"
-        f'{{monitored_resource="gce_instance",instance_name=~"{group}-.*"}}[30d])) / 3600 * {hourly}'
-    )
+    spend = spend_promql(group, hourly)
+    by_key = ["metric.label." + KEY_LABEL]
     return [
         _chart("Time to first token (door, p50 and p95)", *_percentiles(door["ttft"]["type"]), unit="s"),
         _chart("Time held for a wake (door, p50 and p95)", *_percentiles(door["hold"]["type"]), unit="s"),
@@ -117,6 +146,29 @@ def widgets(cfg: StackConfig, group: str) -> list[dict]:
             ),
             "scorecard": {"timeSeriesQuery": {"prometheusQuery": spend}},
         },
+        _chart(
+            "Requests by key (door, per minute)",
+            _series(door["requests"]["type"], DOOR_RESOURCE, "ALIGN_SUM", "REDUCE_SUM", by_key),
+        ),
+        _chart(
+            "Prompt and completion tokens by key (door, per minute)",
+            _series(door["tokens_in"]["type"], DOOR_RESOURCE, "ALIGN_SUM", "REDUCE_SUM", by_key),
+            _series(door["tokens_out"]["type"], DOOR_RESOURCE, "ALIGN_SUM", "REDUCE_SUM", by_key),
+        ),
+        {
+            "title": "Estimated spend by key, last 30 days (the spend above, by each key's share of tokens)",
+            "timeSeriesTable": {
+                "dataSets": [
+                    {
+                        "timeSeriesQuery": {
+                            "prometheusQuery": spend_by_key_promql(
+                                group, hourly, door["tokens_in"]["type"], door["tokens_out"]["type"]
+                            )
+                        }
+                    }
+                ]
+            },
+        },
         {
             "title": "About these figures",
             "text": {
@@ -124,7 +176,8 @@ def widgets(cfg: StackConfig, group: str) -> list[dict]:
                     "Door figures: per request, written each minute by the front door (door/metrics.py). "
                     "Server figures: the member's acceptance guard (startup/accept_guard.py). "
                     "llama-server b11434 exports no KV-cache figure. The spend is the members' uptime "
-                    "times the estimate of infra/pricing.py."
+                    "times the estimate of infra/pricing.py; by key, it is split by each key's share of "
+                    "the prompt and completion tokens the door counted (`qwen36 keys list` has the figures)."
                 ),
                 "format": "MARKDOWN",
             },

@@ -33,7 +33,7 @@ from typing import Any
 import pulumi
 import pulumi_gcp as gcp
 
-from infra import door_archive
+from infra import door_archive, grant_settle
 from infra.cold_start import cold_start_s
 from infra.config import StackConfig
 from infra.names import suffixed_id
@@ -44,11 +44,23 @@ from infra.server_args import PORT
 # runs on any 3.11+). https://cloud.google.com/docs/buildpacks/base-images
 BASE_IMAGE = "{region}-docker.pkg.dev/serverless-runtimes/google-22-full/runtimes/python313"
 SOURCE_PREFIX = "door"
+# The interpreter by the name the provider's own acceptance test of this shape runs on the same base
+# image (magic-modules mmv1/third_party/terraform/services/cloudrunv2/
+# resource_cloud_run_v2_service_zip_deploy_test.go.tmpl: ``command = ["python"]``, ``args =
+# ["main.py"]``, ``google-22-full/runtimes/python313``). ``python3`` could be Ubuntu 22.04's own 3.10
+# (the ``google-22`` stack's system interpreter) if the runtime's is not first on PATH; no page we
+# read says which comes first. main.py also refuses, in one line, any interpreter below 3.11.
+COMMAND = ("python",)
 # The archive is written here before Pulumi uploads it (an asset is read by path).
 ARCHIVE_CACHE = Path.home() / ".cache" / "qwen36-mtp-l4" / "door"
-# One instance sees every request in flight, which the idle veto needs (the door refuses the stop
-# while it holds or streams one); it holds up to Cloud Run's most concurrent requests.
-# https://cloud.google.com/run/docs/about-concurrency
+# One instance holds every request in flight, which the idle veto relies on (the door refuses the
+# stop while it holds or streams one), except briefly: "this maximum setting can be exceeded for a
+# brief period due to circumstances such as traffic spikes"
+# (https://cloud.google.com/run/docs/configuring/max-instances), and the template's maximum is per
+# revision, so a rollout's old and new revisions each may run one. The service-level maximum, the
+# "combined maximum number of instances for all revisions receiving traffic" (pulumi_gcp 10.2.0
+# ``ServiceScalingArgs``), is set too; the VM watcher's own in-flight check covers the rest of the
+# gap. It holds up to Cloud Run's most concurrent requests. https://cloud.google.com/run/docs/about-concurrency
 MAX_INSTANCES = 1
 CONCURRENCY = 1000
 # Cloud Run's longest request: the wake bound plus the longest generation must fit.
@@ -113,14 +125,19 @@ class FrontDoorArgs:
     deployment: str
     group_name: str
     network: pulumi.Input[str]
+    """The VPC's name, for Direct VPC egress (see ``network_interfaces`` below)."""
     subnetwork: pulumi.Input[str]
-    """The door's own subnet (infra/network.py ``door_subnet``), for Direct VPC egress."""
+    """The door's own subnet's name (infra/network.py ``door_subnet``), for Direct VPC egress."""
     bucket: pulumi.Input[str]
     """Where the source archive lives (the model bucket)."""
     api_key_secret: pulumi.Input[str]
     """The Secret Manager secret id of the API key."""
+    keys_secret: pulumi.Input[str]
+    """The Secret Manager secret id of the named-key set (infra/door_keys.py)."""
     vm_account_email: pulumi.Input[str]
     """The server VM's service account: the only one whose ID token may ask for the idle stop."""
+    vm_account_id: pulumi.Input[str]
+    """That account's unique id (``gcp.serviceaccount.Account.unique_id``): the token's ``sub``."""
     labels: Mapping[str, str] = field(default_factory=dict)
     depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
 
@@ -133,6 +150,10 @@ class FrontDoor(pulumi.ComponentResource):
     """The door's account as an IAM member: the holder of the group's resize grant."""
     email: pulumi.Output[str]
     source: gcp.storage.BucketObject
+    agent: gcp.projects.ServiceIdentity
+    """Cloud Run's service agent, made to exist before its grant."""
+    source_reads: list[gcp.storage.BucketIAMMember]
+    settle: pulumi.Resource
     service: gcp.cloudrunv2.Service
     url: pulumi.Output[str]
     """The door's HTTPS origin as Cloud Run reports it: apiBaseUrl and webUiUrl."""
@@ -167,6 +188,14 @@ class FrontDoor(pulumi.ComponentResource):
             member=self.member,
             opts=child,
         )
+        keys_read = gcp.secretmanager.SecretIamMember(
+            f"{name}-keys-accessor",
+            project=args.project,
+            secret_id=args.keys_secret,
+            role=KEY_ACCESSOR,
+            member=self.member,
+            opts=child,
+        )
         archive = door_archive.write(ARCHIVE_CACHE)
         self.source = gcp.storage.BucketObject(
             f"{name}-source",
@@ -176,25 +205,51 @@ class FrontDoor(pulumi.ComponentResource):
             content_type="application/gzip",
             opts=first,
         )
-        # Cloud Run reads the source with its own service agent. Whether a source deploy without a
-        # build needs this read is not settled by what we could read (one live check); granted, it
-        # is held to the door's prefix in a bucket the agent could not otherwise read.
-        agent = f"serviceAccount:service-{args.project_number}@serverless-robot-prod.iam.gserviceaccount.com"
-        source_read = gcp.storage.BucketIAMMember(
-            f"{name}-source-read",
-            bucket=args.bucket,
-            role="roles/storage.objectViewer",
-            member=agent,
-            condition=gcp.storage.BucketIAMMemberConditionArgs(
-                title="door-source-only",
-                description="The front door's source archives, nothing else",
-                expression=pulumi.Output.concat(
-                    'resource.name.startsWith("projects/_/buckets/',
-                    args.bucket,
-                    f'/objects/{SOURCE_PREFIX}/")',
+        # Who fetches ``sourceCode.cloudStorageSource`` is not settled by any page we read (the
+        # provider's zip-deploy test runs as the default compute account, which holds Editor), so both
+        # candidates get the same read, held to the door's prefix: Cloud Run's service agent and the
+        # door's own account. The agent is created asynchronously when run.googleapis.com is enabled;
+        # ServiceIdentity asks Service Usage for it (services.generateServiceIdentity,
+        # https://cloud.google.com/service-usage/docs/reference/rest/v1beta1/services/generateServiceIdentity)
+        # and its grant binds the member it returns, so the grant never names an agent that does not
+        # exist yet (a 400 "Service account ... does not exist", which the provider retries only in
+        # narrow cases: magic-modules transport/error_retry_predicates.go).
+        self.agent = gcp.projects.ServiceIdentity(
+            f"{name}-run-agent", project=args.project, service="run.googleapis.com", opts=first
+        )
+        readers = {"source-read": self.agent.member, "source-read-account": self.member}
+        self.source_reads = [
+            gcp.storage.BucketIAMMember(
+                f"{name}-{role}",
+                bucket=args.bucket,
+                role="roles/storage.objectViewer",
+                member=member,
+                condition=gcp.storage.BucketIAMMemberConditionArgs(
+                    title="door-source-only",
+                    description="The front door's source archives, nothing else",
+                    expression=pulumi.Output.concat(
+                        'resource.name.startsWith("projects/_/buckets/',
+                        args.bucket,
+                        f'/objects/{SOURCE_PREFIX}/")',
+                    ),
                 ),
-            ),
-            opts=first,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, self.agent]),
+            )
+            for role, member in readers.items()
+        ]
+        # New grants take "typically 2 minutes, potentially 7 minutes or longer" to take effect
+        # (https://cloud.google.com/iam/docs/access-change-propagation), and Cloud Run checks what the
+        # revision needs when it creates it: a first create that fails is not retried (Service.yaml:
+        # an OpAsync create with no error_retry_predicates) but tainted (taint_resource_on_failed_create,
+        # magic-modules #10298), the "fails the first time, passes on a rerun" of
+        # terraform-provider-google #16350, #13786 and #17245. So the service waits for a settle step
+        # that runs only when these grants are new (infra/grant_settle.py). The API key is read at
+        # run time, not at the revision's creation, and the gate's door look waits out its grant.
+        self.settle = grant_settle.settle_step(
+            f"{name}-grants-settle",
+            grants=[self.agent, *self.source_reads],
+            what="the new reads of the door's source archive",
+            opts=child,
         )
         env = {
             "QWEN36_DOOR_PROJECT": args.project,
@@ -210,14 +265,23 @@ class FrontDoor(pulumi.ComponentResource):
             gcp.cloudrunv2.ServiceTemplateContainerEnvArgs(
                 name="QWEN36_DOOR_STOP_SERVICE_ACCOUNT", value=args.vm_account_email
             ),
-            # The key as a secret reference: never a plain value in the service's spec.
+            # Its unique id too: a token whose `sub` (or `azp`) is the account's id passes without an
+            # `email` claim (door/idtoken.py says why).
             gcp.cloudrunv2.ServiceTemplateContainerEnvArgs(
-                name="QWEN36_DOOR_API_KEY",
-                value_source=gcp.cloudrunv2.ServiceTemplateContainerEnvValueSourceArgs(
-                    secret_key_ref=gcp.cloudrunv2.ServiceTemplateContainerEnvValueSourceSecretKeyRefArgs(
-                        secret=args.api_key_secret, version="latest"
-                    )
-                ),
+                name="QWEN36_DOOR_STOP_SERVICE_ACCOUNT_ID", value=args.vm_account_id
+            ),
+            # The secrets by name, read by the door itself at runtime: a secret env reference is checked
+            # by Cloud Run when the revision is created, seconds after the grant, which IAM may not have
+            # propagated yet (terraform-provider-google #16350, #13786, #17245); the door answers 503
+            # until it can read them. No key's value is ever in the service's spec.
+            # https://cloud.google.com/secret-manager/docs/reference/rest/v1/projects.secrets.versions/access
+            gcp.cloudrunv2.ServiceTemplateContainerEnvArgs(
+                name="QWEN36_DOOR_API_KEY_SECRET",
+                value=pulumi.Output.concat("projects/", args.project, "/secrets/", args.api_key_secret),
+            ),
+            gcp.cloudrunv2.ServiceTemplateContainerEnvArgs(
+                name="QWEN36_DOOR_KEYS_SECRET",
+                value=pulumi.Output.concat("projects/", args.project, "/secrets/", args.keys_secret),
             ),
         ]
         self.service = gcp.cloudrunv2.Service(
@@ -231,6 +295,8 @@ class FrontDoor(pulumi.ComponentResource):
             # A stack's `pulumi destroy` must be able to delete it (the provider defaults to true).
             deletion_protection=False,
             labels=dict(args.labels),
+            # Bounds all revisions together (the template's maximum is per revision): MAX_INSTANCES.
+            scaling=gcp.cloudrunv2.ServiceScalingArgs(max_instance_count=MAX_INSTANCES),
             template=gcp.cloudrunv2.ServiceTemplateArgs(
                 service_account=self.account.email,
                 timeout=REQUEST_TIMEOUT,
@@ -238,7 +304,11 @@ class FrontDoor(pulumi.ComponentResource):
                 scaling=gcp.cloudrunv2.ServiceTemplateScalingArgs(
                     min_instance_count=0, max_instance_count=MAX_INSTANCES
                 ),
-                # Only private ranges through the VPC: Google's APIs stay on Cloud Run's own path.
+                # Only private ranges through the VPC: Google's APIs stay on Cloud Run's own path. The
+                # network and subnet by name, the form of every provider sample and test
+                # (cloudrunv2_service_directvpc.tf.tmpl: network = "default"): Service.yaml's
+                # networkInterfaces.network/subnetwork are default_from_api with no diff suppression,
+                # so a self link the API echoes in another form would make a new revision every `up`.
                 vpc_access=gcp.cloudrunv2.ServiceTemplateVpcAccessArgs(
                     egress="PRIVATE_RANGES_ONLY",
                     network_interfaces=[
@@ -251,7 +321,7 @@ class FrontDoor(pulumi.ComponentResource):
                     gcp.cloudrunv2.ServiceTemplateContainerArgs(
                         image="scratch",
                         base_image_uri=BASE_IMAGE.format(region=cfg.region),
-                        commands=["python3"],
+                        commands=list(COMMAND),
                         args=["main.py"],
                         source_code=gcp.cloudrunv2.ServiceTemplateContainerSourceCodeArgs(
                             cloud_storage_source=gcp.cloudrunv2.ServiceTemplateContainerSourceCodeCloudStorageSourceArgs(
@@ -272,8 +342,12 @@ class FrontDoor(pulumi.ComponentResource):
                     )
                 ],
             ),
-            # A revision that cannot read the key or the source fails to start: both grants first.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, source_read, key_read]),
+            # A revision that cannot read the source fails to start, and one that cannot read the keys
+            # yet answers 503: every grant first, and the source's reads given time to take effect.
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[*args.depends_on, *self.source_reads, key_read, keys_read, self.settle],
+            ),
         )
         self.url = self.service.uri
         self.register_outputs({"url": self.url, "stop_url": self.stop_url, "email": self.email})

@@ -3,16 +3,21 @@ local venv into one tar.gz that Cloud Run runs on Google's Python base image wit
 (docs/door.md: the "source deploy without build" pick).
 
 Packing only: infra never imports ``door/`` (tests/test_import_rooms.py); it reads its files and
-``door/requirements.txt``. The archive is deterministic: the same inputs give the same bytes (sorted
-entries, fixed mtimes, owners and modes, gzip without a name or time), so its sha256, which names
-the bucket object, changes only when a byte of the door or a pin changes, and a ``pulumi up`` with
-no change redeploys nothing.
+``door/requirements.txt``. The archive is deterministic: the same door and the same pinned
+distributions give the same bytes (sorted entries, fixed mtimes, owners and modes, gzip without a
+name or time), whichever installer put them in the venv: what only an installer writes is left out
+(``INSTALLER_FILES``: pip's RECORD lists the bytecode it compiled, INSTALLER names pip or uv,
+direct_url.json where it came from; https://packaging.python.org/en/latest/specifications/recording-installed-packages/),
+and the runtime reads none of them. So its sha256, which names the bucket object, changes only when
+a byte of the door or a pinned distribution's own files changes, and a ``pulumi up`` with no change
+redeploys nothing.
 
 Layout::
 
     main.py            puts the archive's own directory and vendor/ first on sys.path, runs the door
     door/...           the service (its .py files, metrics.json, requirements.txt)
     vendor/...         each pinned distribution's files as its RECORD lists them, dist-info included
+                       but for what only the installer writes (INSTALLER_FILES)
 
 ``python -m infra.door_archive --out DIR`` writes ``DIR/door-<sha12>.tar.gz`` and prints its path.
 """
@@ -26,6 +31,7 @@ import io
 import re
 import sys
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path, PurePosixPath
@@ -37,13 +43,27 @@ REQUIREMENTS = DOOR_DIR / "requirements.txt"
 FIXED_MTIME = 315532800
 DOOR_SUFFIXES = (".py", ".json", ".txt")
 COMPILED = re.compile(r"\.(so|pyd|dylib|dll)(\.|$)")
+# Files of a distribution's .dist-info that the installer writes, not the wheel: RECORD (with the
+# hashes of what was installed, the .pyc files it compiled included), INSTALLER, REQUESTED and
+# direct_url.json (the recording-installed-packages specification above); uv_cache.json is uv's own.
+INSTALLER_FILES = frozenset({"RECORD", "INSTALLER", "REQUESTED", "direct_url.json", "uv_cache.json"})
 _PIN = re.compile(r"^([A-Za-z0-9_.-]+)==([^\s;#]+)\s*(?:#.*)?$")
 
 MAIN_PY = '''\
 """The door's entry point in its archive: no site-packages needed, only this directory."""
 
 import sys
-from pathlib import Path
+
+# The door needs 3.11 (datetime.UTC, door/metrics.py). On Ubuntu 22.04, the base image's stack, a
+# system python3 is 3.10: say so in one line rather than fail on an import.
+if sys.version_info < (3, 11):
+    found = ".".join(str(part) for part in sys.version_info[:3])
+    sys.exit(
+        f"door: error: Python {found} ({sys.executable}) is too old; the door needs 3.11 or later: "
+        "run it with the runtime's `python` (infra/door.py COMMAND)"
+    )
+
+from pathlib import Path  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE / "vendor")]
@@ -85,10 +105,21 @@ def pins(path: Path = REQUIREMENTS) -> list[tuple[str, str]]:
     return out
 
 
-def _distribution_files(name: str, version: str) -> dict[str, Path]:
-    """``vendor/<path>`` -> file, for one installed distribution, checked against its pin."""
+def _distribution(name: str, site: Sequence[Path] | None) -> metadata.Distribution:
+    if site is None:
+        return metadata.distribution(name)
+    normal = re.sub(r"[-_.]+", "-", name).lower()
+    for dist in metadata.distributions(path=[str(p) for p in site]):
+        if re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower() == normal:
+            return dist
+    raise metadata.PackageNotFoundError(name)
+
+
+def _distribution_files(name: str, version: str, site: Sequence[Path] | None = None) -> dict[str, Path]:
+    """``vendor/<path>`` -> file, for one installed distribution (in ``site``, else this venv),
+    checked against its pin."""
     try:
-        dist = metadata.distribution(name)
+        dist = _distribution(name, site)
     except metadata.PackageNotFoundError:
         raise ArchiveError(
             f"{name}=={version} is not installed in this venv (pip install -r door/requirements.txt)"
@@ -103,6 +134,8 @@ def _distribution_files(name: str, version: str) -> dict[str, Path]:
         rel = PurePosixPath(str(entry))
         if rel.parts[0] == ".." or "__pycache__" in rel.parts or rel.suffix == ".pyc":
             continue  # console scripts outside site-packages; bytecode the runtime writes itself
+        if rel.parts[0].endswith(".dist-info") and rel.name in INSTALLER_FILES:
+            continue
         if COMPILED.search(rel.name):
             raise ArchiveError(f"{name} ships compiled code ({rel}); the door must stay pure Python")
         path = Path(str(dist.locate_file(entry)))
@@ -130,12 +163,16 @@ def _info(name: str, size: int, *, directory: bool = False) -> tarfile.TarInfo:
     return info
 
 
-def build(door_dir: Path = DOOR_DIR, requirements: Path = REQUIREMENTS) -> Archive:
+def build(
+    door_dir: Path = DOOR_DIR, requirements: Path = REQUIREMENTS, site: Sequence[Path] | None = None
+) -> Archive:
+    """The archive of ``door_dir`` and the pins of ``requirements`` as installed in ``site`` (the
+    directories to look in; None: this venv)."""
     files: dict[str, bytes] = {"main.py": MAIN_PY.encode()}
     for arcname, path in _door_files(door_dir).items():
         files[arcname] = path.read_bytes()
     for name, version in pins(requirements):
-        for arcname, path in _distribution_files(name, version).items():
+        for arcname, path in _distribution_files(name, version, site).items():
             if arcname in files:
                 raise ArchiveError(f"{arcname} is in two distributions")
             files[arcname] = path.read_bytes()

@@ -46,6 +46,8 @@ class Identity(pulumi.ComponentResource):
 
     account: gcp.serviceaccount.Account
     email: pulumi.Output[str]
+    unique_id: pulumi.Output[str]
+    """The account's numeric id: the ``sub`` of its ID tokens (the door's idle-stop check)."""
     member: pulumi.Output[str]
 
     def __init__(self, name: str, args: IdentityArgs, opts: pulumi.ResourceOptions | None = None) -> None:
@@ -60,6 +62,7 @@ class Identity(pulumi.ComponentResource):
             opts=child,
         )
         self.email = self.account.email
+        self.unique_id = self.account.unique_id
         self.member = self.account.email.apply(lambda email: f"serviceAccount:{email}")
         gcp.storage.BucketIAMMember(
             f"{name}-bucket-{BUCKET_READ_ROLE.split('.')[-1].lower()}",

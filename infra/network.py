@@ -25,14 +25,39 @@ them (``import_``) instead of failing to create them again; everything else is d
 
 Everything else inbound meets the VPC's implied deny; outbound is the implied allow.
 
-Ephemeral external IPs, not Cloud NAT: a member reaches Hugging Face (the cache-miss download,
-22 GB), ghcr.io (the server image, when the tooling image is not baked) and the Ubuntu archive, so
-it needs egress to the internet. An ephemeral external IP per member costs the in-use IPv4 fee only
-(https://cloud.google.com/vpc/network-pricing#ipaddress); Cloud NAT would add a router and a
-gateway, and bills every GiB it processes (https://cloud.google.com/nat/pricing), about a dollar
-for each 22 GB hub download. Inbound, an external IP admits nothing beyond the rules above.
-Private Google Access is on so that a member without an external IP (a later private-only mode)
-still reaches GCS and Secret Manager; it changes nothing for members that have one.
+Internal addresses only, by default: no VM of the stack (the group's members, the image builder)
+has an external IP. Google's APIs (GCS, Secret Manager, Logging, Monitoring, Compute, IAM
+credentials) are reached through Private Google Access, on for every subnet (Private Google Access
+works per subnet, for VMs without an external address:
+https://cloud.google.com/vpc/docs/private-google-access). What still needs the internet (the bake's
+apt and image pulls, the stock-image boot's docker install and pull, a first deployment's hub
+download) goes through Cloud NAT on a Cloud Router in the stack's VPC
+(https://cloud.google.com/nat/docs/overview): outbound only, no connection from the internet reaches
+a VM through it. Where the baked image and the bucket's copy make the internet unnecessary (a restart,
+a repair, a new member of a build whose model is cached) the boot never reaches out, and NAT carries
+nothing.
+
+NAT always, not only while needed (the figures are infra/pricing.py's, from the pricing page):
+the gateway bills $0.0014 an hour per VM that has a NAT assignment (no VM running, no gateway fee),
+$0.045 per GiB processed (about $0.96 for one 21 GiB hub download, once per model: the bucket keeps it)
+and $0.005 an hour per NAT address it holds (at most ~$3.65 a month if the one address is held while
+nothing runs; no source settles whether an AUTO_ONLY gateway releases it, so the estimate assumes it
+does not). A NAT made only while needed would have to be created and deleted around the boots that
+need it, by something other than this program (a member repaired onto the stock image, or before the
+model is cached, needs it at any hour), and a member that boots without it fails. Its blast radius
+is small either way: it serves only the servers' subnet (not the door's), never admits inbound
+connections, and logs nothing (logging bills per entry, and the boot's own report says what failed).
+``externalIp: true`` keeps the ephemeral external address per VM instead, and no NAT is made.
+Inbound, an external IP admits nothing beyond the rules above.
+
+Cloud NAT's limits (https://cloud.google.com/nat/docs/ports-and-addresses, port reservation): with
+static port allocation each VM gets ``min_ports_per_vm`` source ports per NAT address, and that many
+simultaneous connections to one destination address and port. The largest fan-out is the hub
+download: hf_xet fetches a file in at most 16 concurrent ranges by default (huggingface_hub's
+HF_XET_NUM_CONCURRENT_RANGE_GETS, https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables),
+and a closed connection holds its port for TCP TIME_WAIT (120 s by default); 64 ports, the documented
+default for static allocation, hold four times that. Dynamic allocation stays off: a single server
+needs no more, and its minimum of 32 would be less than one download's burst with its TIME_WAITs.
 """
 
 from __future__ import annotations
@@ -61,27 +86,48 @@ DOOR_SUBNET_CIDR = "10.64.1.0/26"
 # What marks a VPC as this program's (a VPC has no labels): its description starts with this.
 NETWORK_DESCRIPTION = "qwen36-mtp-l4: the server's own network (no default-network rules)"
 # VPC flow logs are off: they bill per GB logged, and the server's traffic is one port.
+# Cloud NAT: a gateway only for the servers' subnet, its addresses allocated by Google, static port
+# allocation, no logging (see the module docstring; the provider's create and update send these
+# fields as given: magic-modules resource_compute_router_nat).
+NAT_MIN_PORTS_PER_VM = 64
+NAT_SCOPE = "LIST_OF_SUBNETWORKS"
+NAT_SOURCE_RANGES = ("ALL_IP_RANGES",)
+NAT_IP_ALLOCATION = "AUTO_ONLY"
 
 
 class NetworkNotOursError(ValueError):
     pass
 
 
-def _not_found(exc: Exception) -> bool:
+def _not_found(exc: Exception, resource_id: str) -> bool:
     """Whether a failed lookup invoke says the resource does not exist (its error type is the
-    engine's, so only its text tells)."""
-    return "not found" in str(exc).lower() or "404" in str(exc)
+    engine's, so only its text tells).
+
+    The provider answers a 404 with ``<id> not found`` (``projects/P/global/networks/N not found``)
+    and wraps every other error as ``Error when reading or editing Network Not Found : N: googleapi:
+    Error 403: ...`` (magic-modules ``transport/transport.go`` ``HandleDataSourceNotFoundError``, which
+    ``data_source_google_compute_network.go`` calls with the label ``"Network Not Found : %s"``; the
+    subnetwork's likewise): "Not Found" is in every wrapped 403, 429 and 5xx, so only ``<id> not
+    found`` means absent. Compute's own API being off (403 ``accessNotConfigured``, the reason the
+    provider's ``IsApiNotEnabledError`` reads) means absent too: nothing of this stack can exist in
+    a project whose Compute API was never enabled, and the program enables it. Anything else is
+    re-raised, so a denied read never skips the import and the not-ours guard."""
+    text = str(exc)
+    if f"{resource_id} not found" in text:
+        return True
+    return "accessNotConfigured" in text and "compute.googleapis.com" in text
 
 
 def existing_network(project: str, name: str) -> str | None:
     """The import id of this stack's VPC when an earlier deployment kept it, else None.
 
     Raises :class:`NetworkNotOursError` for a VPC of that name that this program did not make. A
-    missing network is the invoke's "not found" error, or an answer without a self link."""
+    missing network is the provider's 404 text (see _not_found), or an answer without a self link."""
+    resource_id = f"projects/{project}/global/networks/{name}"
     try:
         found = gcp.compute.get_network(name=name, project=project)
     except Exception as exc:
-        if _not_found(exc):
+        if _not_found(exc, resource_id):
             return None
         raise
     if not found.self_link:
@@ -91,18 +137,19 @@ def existing_network(project: str, name: str) -> str | None:
             f"a VPC named {name} already exists in project {project} and is not this stack's (its "
             f"description is {found.description!r}); delete it or deploy under another stack name"
         )
-    return f"projects/{project}/global/networks/{name}"
+    return resource_id
 
 
 def existing_subnetwork(project: str, region: str, name: str) -> str | None:
     """The import id of a subnet an earlier deployment kept (its VPC is ours: see existing_network)."""
+    resource_id = f"projects/{project}/regions/{region}/subnetworks/{name}"
     try:
         found = gcp.compute.get_subnetwork(name=name, region=region, project=project)
     except Exception as exc:
-        if _not_found(exc):
+        if _not_found(exc, resource_id):
             return None
         raise
-    return f"projects/{project}/regions/{region}/subnetworks/{name}" if found.self_link else None
+    return resource_id if found.self_link else None
 
 
 @dataclass
@@ -113,6 +160,8 @@ class NetworkAccessArgs:
     source_ranges: Sequence[str]
     door: bool = False
     """Whether a front door reaches the server (its subnet, its firewall rule, the VPC kept)."""
+    nat: bool = True
+    """Cloud NAT for the servers' subnet (false with ``externalIp``: every VM has its own address)."""
     depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
 
 
@@ -127,6 +176,9 @@ class NetworkAccess(pulumi.ComponentResource):
     door_rule: gcp.compute.Firewall | None
     iap_rule: gcp.compute.Firewall
     health_check_rule: gcp.compute.Firewall
+    router: gcp.compute.Router | None
+    nat: gcp.compute.RouterNat | None
+    """The servers' way to the internet without an external address (None with ``externalIp``)."""
     network: pulumi.Output[str]
     """The VPC's self link, for an instance template's network interface."""
     subnetwork: pulumi.Output[str]
@@ -134,6 +186,7 @@ class NetworkAccess(pulumi.ComponentResource):
     network_name: pulumi.Output[str]
     subnetwork_name: pulumi.Output[str]
     door_subnetwork: pulumi.Output[str] | None
+    """The door subnet's name (None without a door): Direct VPC egress takes names, not self links."""
     public_ranges: pulumi.Output[list[str]]
 
     def __init__(
@@ -222,11 +275,15 @@ class NetworkAccess(pulumi.ComponentResource):
             source_ranges=list(HEALTH_CHECK_RANGES),
             opts=on_vpc,
         )
+        self.router = None
+        self.nat = None
+        if args.nat:
+            self.router, self.nat = self._nat(name, args, on_vpc)
         self.network = self.vpc.self_link
         self.subnetwork = self.subnet.self_link
         self.network_name = self.vpc.name
         self.subnetwork_name = self.subnet.name
-        self.door_subnetwork = self.door_subnet.self_link if self.door_subnet is not None else None
+        self.door_subnetwork = self.door_subnet.name if self.door_subnet is not None else None
         self.public_ranges = pulumi.Output.from_input(list(args.source_ranges))
         self.register_outputs(
             {
@@ -237,8 +294,41 @@ class NetworkAccess(pulumi.ComponentResource):
                 "public_ranges": self.public_ranges,
                 "iap_rule": self.iap_rule.name,
                 "health_check_rule": self.health_check_rule.name,
+                "nat": self.nat.name if self.nat is not None else None,
             }
         )
+
+    def _nat(
+        self, name: str, args: NetworkAccessArgs, opts: pulumi.ResourceOptions
+    ) -> tuple[gcp.compute.Router, gcp.compute.RouterNat]:
+        router = gcp.compute.Router(
+            f"{name}-router",
+            project=args.project,
+            name=f"{args.network_tag}-router",
+            description="qwen36-mtp-l4: Cloud NAT for the servers' subnet (no external IPs)",
+            region=args.region,
+            network=self.vpc.id,
+            opts=opts,
+        )
+        nat = gcp.compute.RouterNat(
+            f"{name}-nat",
+            project=args.project,
+            name=f"{args.network_tag}-nat",
+            region=args.region,
+            router=router.name,
+            nat_ip_allocate_option=NAT_IP_ALLOCATION,
+            source_subnetwork_ip_ranges_to_nat=NAT_SCOPE,
+            subnetworks=[
+                gcp.compute.RouterNatSubnetworkArgs(
+                    name=self.subnet.self_link, source_ip_ranges_to_nats=list(NAT_SOURCE_RANGES)
+                )
+            ],
+            enable_dynamic_port_allocation=False,
+            min_ports_per_vm=NAT_MIN_PORTS_PER_VM,
+            log_config=gcp.compute.RouterNatLogConfigArgs(enable=False, filter="ERRORS_ONLY"),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[router, self.subnet]),
+        )
+        return router, nat
 
     def _ingress(
         self,

@@ -61,6 +61,12 @@ OUTPUTS: tuple[OutputGroup, ...] = (
         "the stock Deep Learning VM image or the tooling image, and what that means for the cold start",
     ),
     OutputGroup(
+        ("secureBoot", "secureBootNote"),
+        "always",
+        "whether the servers boot with Secure Boot (the bake's GPU test proved it), and the one-line "
+        "reason when they do not ([security](security.md#secure-boot))",
+    ),
+    OutputGroup(
         ("logsSerial", "logsContainer", "sshIap", "iapTunnel"),
         "always",
         "commands that find the group's current member first: `qwen36 logs --serial`, `qwen36 logs`, "
@@ -86,6 +92,12 @@ OUTPUTS: tuple[OutputGroup, ...] = (
         "door",
         "the Cloud Monitoring dashboard: the door's time to first token, wake holds and statuses beside "
         "the server's MTP acceptance and decode rate, and the spend of the last 30 days",
+    ),
+    OutputGroup(
+        ("keysSecret",),
+        "door",
+        "the Secret Manager secret of the door's named keys (`projects/<project>/secrets/<id>`), which "
+        "`qwen36 keys` edits: the program's key is the one named `default`",
     ),
     OutputGroup(
         ("wakeCommand", "statusCommand", "autostop"),

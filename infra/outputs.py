@@ -82,9 +82,24 @@ def commands(place: Place) -> dict[str, str]:
 
 
 def access_note(cfg: StackConfig, place: Place) -> str:
-    """How to reach the server, led by any risk the config named on purpose (StackConfig.risk_notes)."""
+    """How to reach the server, led by any risk the config named on purpose (StackConfig.risk_notes),
+    and which way its egress goes."""
     risks = " ".join(cfg.risk_notes())
-    return f"{risks} {_reach(cfg, place)}" if risks else _reach(cfg, place)
+    reach = f"{_reach(cfg, place)} {egress_sentence(cfg)}"
+    return f"{risks} {reach}" if risks else reach
+
+
+def egress_sentence(cfg: StackConfig) -> str:
+    """Who has an address: the VMs' own ephemeral IPs (externalIp) or none, with Cloud NAT."""
+    if cfg.external_ip:
+        return (
+            "Each VM has an ephemeral external IP for its own egress (externalIp: true), and there is no "
+            "Cloud NAT; the firewall admits nothing else to it."
+        )
+    return (
+        "No VM has an external IP: the internet (apt, ghcr.io, the hub) is reached through the stack's "
+        "Cloud NAT, Google's APIs through Private Google Access."
+    )
 
 
 def _reach(cfg: StackConfig, place: Place) -> str:

@@ -26,6 +26,49 @@ PRICE_DATE = "2026-11-30"
 GPU_SHARE = 0.66
 
 
+# --- egress: Cloud NAT or the VM's own external address ------------------------------------------
+# Public NAT, list prices (USD), read on the pricing page on NAT_PRICE_DATE: the gateway bills per
+# hour for each VM with a NAT assignment (capped at 32 VMs), every GiB it processes in either
+# direction, and each external address it holds; the data transfer out is billed as for any VM.
+# https://cloud.google.com/nat/pricing
+NAT_USD_PER_VM_HOUR = 0.0014
+NAT_USD_PER_GIB = 0.045
+NAT_IP_USD_PER_HOUR = 0.005
+NAT_PRICE_SOURCE = "cloud.google.com/nat/pricing"
+NAT_PRICE_DATE = "2026-12-02"
+# An in-use external IPv4 address on a standard VM. https://cloud.google.com/vpc/network-pricing#ipaddress
+EXTERNAL_IP_USD_PER_HOUR = 0.005
+GIB = 1024**3
+HOURS_PER_MONTH = 730  # GCE bills a month as 730 hours
+
+
+def nat_download_usd(size_bytes: int) -> float:
+    """What Cloud NAT bills for carrying one download of ``size_bytes`` (the hub's model, once)."""
+    return round(size_bytes / GIB * NAT_USD_PER_GIB, 2)
+
+
+def nat_idle_month_usd() -> float:
+    """The most an idle month costs with NAT: its one address, if the gateway keeps it while no VM
+    runs (no source says whether an AUTO_ONLY gateway releases it, so the estimate assumes not)."""
+    return round(NAT_IP_USD_PER_HOUR * HOURS_PER_MONTH, 2)
+
+
+def egress_note(cfg: StackConfig) -> str:
+    """Which way the VMs reach the internet, and what that adds to the hourly estimate."""
+    if cfg.external_ip:
+        return (
+            f"egress over each VM's ephemeral external IP (externalIp: true; ~${EXTERNAL_IP_USD_PER_HOUR}/h "
+            "per running VM, not in the estimate)"
+        )
+    hub = nat_download_usd(cfg.model_bytes_for_sizing)
+    return (
+        f"egress through Cloud NAT, no external IP: ${NAT_USD_PER_VM_HOUR}/h per running VM and "
+        f"${NAT_USD_PER_GIB}/GiB carried (~${hub:.2f} for the one hub download of a new model), at most "
+        f"~${nat_idle_month_usd():.2f}/month for its address while idle; Google's APIs go through Private "
+        f"Google Access, free ({NAT_PRICE_SOURCE}, as of {NAT_PRICE_DATE})"
+    )
+
+
 @dataclass(frozen=True)
 class CostEstimate:
     usd_per_hour: float
@@ -43,7 +86,8 @@ def estimate_hourly_cost(cfg: StackConfig) -> CostEstimate:
         basis.append(f"{BASE_REGION} prices; {cfg.region} is usually dearer")
     if cfg.provisioning_model == "SPOT":
         basis.append("spot prices float daily")
-    basis.append("VM only, excludes disk, its external IP and egress")
+    basis.append("VM only, excludes disk and egress")
+    basis.append(egress_note(cfg))
     label = f"~${usd:.2f}/h ({'; '.join(basis)}). Source: {PRICE_SOURCE}, as of {PRICE_DATE}"
     return CostEstimate(usd_per_hour=usd, label=label)
 
@@ -60,7 +104,6 @@ ARMOR_POLICY_USD_PER_MONTH = 5.0
 ARMOR_RULE_USD_PER_MONTH = 1.0
 ARMOR_USD_PER_MILLION_REQUESTS = 0.75
 LB_USD_PER_GB_PROCESSED = 0.008
-HOURS_PER_MONTH = 730  # GCE bills a month as 730 hours
 LB_PRICE_SOURCE = "cloud.google.com/vpc/network-pricing#lb and cloud.google.com/armor/pricing list prices"
 
 

@@ -66,6 +66,8 @@ CONDITIONS: dict[str, Condition] = {
     "fleet_https": lambda cfg, bakes: cfg.fleet and bool(cfg.domain),
     "autoscaled": lambda cfg, bakes: cfg.autoscaled,
     "door": lambda cfg, bakes: cfg.front_door,
+    "nat": lambda cfg, bakes: not cfg.external_ip,
+    "external_ip": lambda cfg, bakes: cfg.external_ip,
 }
 
 APIS = "infra/apis.py"
@@ -86,6 +88,21 @@ GROUPS: tuple[ResourceGroup, ...] = (
         ),
     ),
     ResourceGroup(
+        name="Cloud Run's service agent",
+        # infra/door.py asks Service Usage for Cloud Run's agent before granting it the source read
+        # (services.generateServiceIdentity). Its reference names no permission; serviceusage.services.use
+        # is assumed (unconfirmed: the live check reads it).
+        # https://cloud.google.com/service-usage/docs/reference/rest/v1beta1/services/generateServiceIdentity
+        declares=("gcp:projects/serviceIdentity:ServiceIdentity",),
+        service="serviceusage.googleapis.com",
+        enabled_by="every new project",
+        when="door",
+        role="roles/serviceusage.serviceUsageAdmin",
+        permissions=_p(
+            ("serviceusage.services.use", "make Cloud Run's service agent exist before its grant")
+        ),
+    ),
+    ResourceGroup(
         name="network",
         declares=(
             "gcp:compute/network:Network",
@@ -103,6 +120,35 @@ GROUPS: tuple[ResourceGroup, ...] = (
             *_crud("compute.firewalls", "the ingress rules", "create", "get", "update", "delete"),
             ("compute.globalOperations.get", "wait for the VPC's and the rules' operations"),
             ("compute.regionOperations.get", "wait for the subnet's operations"),
+        ),
+    ),
+    ResourceGroup(
+        name="external IPs",
+        # An access config on the members' template and the builder's --address: no resource of its own.
+        declares=(),
+        service="compute.googleapis.com",
+        enabled_by=APIS,
+        when="external_ip",
+        role="roles/compute.networkUser",
+        permissions=_p(
+            ("compute.subnetworks.useExternalIp", "give the members and the builder ephemeral external IPs"),
+        ),
+    ),
+    ResourceGroup(
+        name="cloud nat",
+        declares=("gcp:compute/router:Router", "gcp:compute/routerNat:RouterNat"),
+        service="compute.googleapis.com",
+        enabled_by=APIS,
+        when="nat",
+        role="roles/compute.networkAdmin",
+        permissions=_p(
+            # A NAT is part of its router: the provider creates, updates and deletes it with a PATCH
+            # of the router (magic-modules resource_compute_router_nat).
+            *_crud(
+                "compute.routers", "the Cloud Router and its Cloud NAT", "create", "get", "update", "delete"
+            ),
+            ("compute.networks.updatePolicy", "add the router to the VPC"),
+            ("compute.regionOperations.get", "wait for the router's operations"),
         ),
     ),
     ResourceGroup(
@@ -211,7 +257,6 @@ GROUPS: tuple[ResourceGroup, ...] = (
             ("compute.disks.create", "create the members' boot disks"),
             ("compute.images.useReadOnly", "boot from the Deep Learning VM or the tooling image"),
             ("compute.subnetworks.use", "put the members on the stack's subnet"),
-            ("compute.subnetworks.useExternalIp", "give the members ephemeral external IPs (egress)"),
             ("compute.regionOperations.get", "wait for the template's and the group's operations"),
             ("compute.globalOperations.get", "wait for the health check's operations"),
         ),
@@ -261,7 +306,12 @@ GROUPS: tuple[ResourceGroup, ...] = (
             ("compute.images.get", "read the image back"),
             ("compute.images.getFromFamily", "find the build's image family"),
             ("compute.subnetworks.use", "put the builder on the stack's subnet"),
-            ("compute.subnetworks.useExternalIp", "let the builder reach apt and ghcr.io"),
+            # The GPU test (infra/tooling_image.py GpuTest): a second pass with Secure Boot off, and
+            # the verdict on the image (or the candidate deprecated out of the family).
+            ("compute.instances.start", "boot the GPU test VM again with Secure Boot off"),
+            ("compute.instances.updateShieldedInstanceConfig", "turn Secure Boot off on the GPU test VM"),
+            ("compute.images.setLabels", "label the tooling image with the GPU test's verdict"),
+            ("compute.images.deprecate", "take a candidate without a working GPU out of the family"),
             ("compute.zoneOperations.get", "wait for the builder's operations"),
         ),
     ),
@@ -382,6 +432,24 @@ GROUPS: tuple[ResourceGroup, ...] = (
             ),
             ("run.operations.get", "wait for the service's rollout"),
             ("iam.serviceAccounts.actAs", "run the door as its own account"),
+        ),
+    ),
+    ResourceGroup(
+        name="door key set",
+        # infra/door_keys.py: the named keys' secret, which the program creates empty; `qwen36 keys`
+        # then reads and adds its versions, and reads each key's usage from the door's series, with
+        # these same credentials.
+        declares=("gcp:secretmanager/secret:Secret", "gcp:secretmanager/secretIamMember:SecretIamMember"),
+        service="secretmanager.googleapis.com",
+        enabled_by=APIS,
+        when="door",
+        role="roles/secretmanager.admin and roles/monitoring.viewer",
+        permissions=_p(
+            *_crud("secretmanager.secrets", "the door's key set", "create", "get", "delete"),
+            ("secretmanager.secrets.setIamPolicy", "let the door's account read the key set"),
+            ("secretmanager.versions.access", "`qwen36 keys` reads the key set"),
+            ("secretmanager.versions.add", "`qwen36 keys add`, `rotate` and `revoke` write a new key set"),
+            ("monitoring.timeSeries.list", "`qwen36 keys list` and `qwen36 status` read each key's usage"),
         ),
     ),
     ResourceGroup(

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_gcp as gcp
 
+from infra import shielded
 from infra.boot_script import render_boot_script
 from infra.config import StackConfig
 from infra.server_args import PORT
-from infra.shielded import shielded_instance_config
+from infra.shielded import SecureBoot, shielded_instance_config
 
 # Google Cloud's guidance for VMs whose own SA is narrowed by IAM: the broad scope, with the
 # service account's roles doing the limiting. https://cloud.google.com/compute/docs/access/service-accounts#scopes_best_practice
@@ -162,6 +163,8 @@ class ServerGroupArgs:
     depends_on: Sequence[pulumi.Resource] = field(default_factory=list)
     door_url: pulumi.Input[str] | None = None
     """The front door's URL, for the idle watcher's stop call (None: the watcher resizes itself)."""
+    secure_boot: pulumi.Output[SecureBoot] | None = None
+    """The boot image's verdict (infra/tooling_image.py ImageChoice); None: the stock image's, off."""
 
 
 class ServerGroup(pulumi.ComponentResource):
@@ -216,9 +219,17 @@ class ServerGroup(pulumi.ComponentResource):
         self, resource_name: str, args: ServerGroupArgs, child: pulumi.ResourceOptions
     ) -> gcp.compute.RegionInstanceTemplate:
         cfg = args.cfg
-        # An ephemeral external address per member, for egress only (apt, ghcr.io, Hugging Face):
-        # the firewall (infra/network.py) admits nothing from the internet to it.
-        access = gcp.compute.RegionInstanceTemplateNetworkInterfaceAccessConfigArgs(network_tier=NETWORK_TIER)
+        secure_boot = (
+            args.secure_boot if args.secure_boot is not None else pulumi.Output.from_input(shielded.STOCK)
+        )
+        # No access config, no external address: the members reach the internet through Cloud NAT and
+        # Google's APIs through Private Google Access (infra/network.py). With externalIp, an ephemeral
+        # external address per member, for egress only: the firewall admits nothing from the internet.
+        access = (
+            [gcp.compute.RegionInstanceTemplateNetworkInterfaceAccessConfigArgs(network_tier=NETWORK_TIER)]
+            if cfg.external_ip
+            else []
+        )
         return gcp.compute.RegionInstanceTemplate(
             resource_name,
             project=args.project,
@@ -244,19 +255,21 @@ class ServerGroup(pulumi.ComponentResource):
             ],
             network_interfaces=[
                 gcp.compute.RegionInstanceTemplateNetworkInterfaceArgs(
-                    network=args.network, subnetwork=args.subnetwork, access_configs=[access]
+                    network=args.network, subnetwork=args.subnetwork, access_configs=access
                 )
             ],
             service_account=gcp.compute.RegionInstanceTemplateServiceAccountArgs(
                 email=args.service_account_email, scopes=SCOPES
             ),
-            # vTPM and integrity monitoring on; secure boot as infra/shielded.py decides, with its reason.
+            # vTPM and integrity monitoring on; Secure Boot as the bake proved it (infra/shielded.py),
+            # and off only with its reason as a label, which the policy rule secure_boot_on reads.
             shielded_instance_config=shielded_instance_config(
-                gcp.compute.RegionInstanceTemplateShieldedInstanceConfigArgs
+                gcp.compute.RegionInstanceTemplateShieldedInstanceConfigArgs,
+                secure_boot.apply(lambda d: d.on),
             ),
             metadata=self.startup_script.apply(instance_metadata),
             tags=[args.network_tag],
-            labels=dict(args.labels),
+            labels=secure_boot.apply(lambda d: {**args.labels, **d.labels}),
             opts=child,
         )
 
@@ -295,10 +308,18 @@ class ServerGroup(pulumi.ComponentResource):
             update_policy=update_policy(cfg),
             # The health gate waits with diagnoses (stockout, quota); the provider would only block.
             wait_for_instances=False,
+            # The group's name is fixed, and its zones are ForceNew (the provider schema marks name,
+            # base_instance_name, region, description and distribution_policy_zones ForceNew:
+            # magic-modules resource_compute_region_instance_group_manager.go.tmpl; "after you choose
+            # specific zones during creation, you cannot change or update the zones later",
+            # https://cloud.google.com/compute/docs/instance-groups/distributing-instances-with-regional-instance-groups#limitations).
+            # Pulumi replaces create-before-delete by default, and a second group of the same name in
+            # the same region is a 409: the old group goes first (one server has downtime anyway).
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=list(args.depends_on),
                 ignore_changes=list(args.ignore_changes),
+                delete_before_replace=True,
             ),
         )
 

@@ -28,7 +28,14 @@ The pipeline, in dependency order (each step waits for the one before):
 2. ``<name>-bake-wait``: the health gate's guest-attribute follower, until the bake reports ready;
 3. ``<name>-stop``: the builder stopped, so its disk is consistent;
 4. ``<name>-image``: the image from the builder's boot disk, retained when the stack forgets it;
-5. ``<name>-delete-builder``: the builder deleted once the image exists.
+5. ``<name>-delete-builder``: the builder deleted once the image exists;
+6. ``<name>-gpu-test``: an L4 VM booted from the image with Secure Boot on (startup/verify_gpu.sh):
+   its verdict becomes the image's ``secure-boot`` label and the members' Secure Boot setting
+   (infra/shielded.py). A verdict other than ``on`` boots the same VM again with Secure Boot off,
+   and the image is kept only if its GPU works there; a candidate whose GPU fails both ways (or whose
+   test VM never reports) is deprecated out of the family (images.getFromFamily skips deprecated
+   images: https://cloud.google.com/compute/docs/reference/rest/v1/images/getFromFamily) and the
+   step fails, so no member ever boots an image without a GPU. The group waits for this step.
 
 The builder is made and deleted by gcloud inside local commands rather than declared as a
 ``gcp.compute.Instance``: a VM that the program declares but that step 5 deletes would drift,
@@ -52,12 +59,21 @@ import pulumi
 import pulumi_gcp as gcp
 from pulumi_command import local
 
-from infra.bake_script import bake_script_hash, render_bake_script
+from infra import shielded
+from infra.bake_script import (
+    KEY_PLAIN,
+    KEY_SECURE_BOOT,
+    bake_script_hash,
+    render_bake_script,
+    render_verify_script,
+)
+from infra.boot_protocol import NAMESPACE
 from infra.cold_start import COLD_START_STOCK, COLD_START_TOOLING, DOCKER_AND_PULL_S
 from infra.config import BOOT_DISK_BASE_GB, DISK_HEADROOM_GB, PROJECT, SERVER_IMAGE_GB, StackConfig
 from infra.health_gate import REPO_ROOT, wait_command
 from infra.llama_cpp import server_image
 from infra.names import suffixed_id
+from infra.shielded import SecureBoot
 
 # The bake needs no GPU: the NVIDIA driver and container toolkit come with the base image, and
 # `nvidia-ctk runtime configure` only edits docker's daemon.json. So the builder is a small
@@ -92,6 +108,13 @@ MAX_ACCOUNT_ID = 30
 IMAGE_GUEST_OS_FEATURES = ("UEFI_COMPATIBLE", "VIRTIO_SCSI_MULTIQUEUE", "GVNIC")
 
 BAKE_SCRIPT_ENV = "QWEN36_BAKE_SCRIPT"
+VERIFY_SCRIPT_ENV = "QWEN36_VERIFY_SCRIPT"
+# The GPU test: one L4 VM of the stack's own shape, with the same provisioning model (and so the
+# same GPU quota) as the members; each pass boots the image, which already holds docker and the
+# server image, so a verdict takes a couple of minutes.
+GPU_TEST_DISK_TYPE = "pd-balanced"
+GPU_TEST_TIMEOUT_S = 15 * 60
+GPU_TEST_POLL_S = 15
 # A local.Command whose inputs change but whose triggers do not is *updated*, and without an
 # ``update`` command the provider runs ``create`` again. For the bake-wait and stop steps that would
 # re-create (or stop) a builder that step 5 already deleted, leaving a billed VM no later step
@@ -188,15 +211,19 @@ class Builder:
             f"--image-family={cfg.image_family}",
             f"--boot-disk-size={BUILDER_DISK_GB}GB",
             f"--boot-disk-type={BUILDER_DISK_TYPE}",
-            # The stack's own network (infra/network.py); the ephemeral external IP reaches apt
-            # and ghcr.io. No ingress is needed: the bake reports through guest attributes.
+            # The stack's own network (infra/network.py): apt and ghcr.io through its Cloud NAT, no
+            # address of its own (with externalIp, an ephemeral external IP as before). No ingress is
+            # needed: the bake reports through guest attributes.
             f"--network={self.network}",
             f"--subnet={self.subnetwork}",
+            *(() if cfg.external_ip else ("--no-address",)),
             f"--service-account={self.service_account}",
             f"--scopes={BUILDER_SCOPES}",
+            # Secure Boot on: the builder needs no GPU (its DKMS module not loading is harmless), and
+            # an organization's compute.requireShieldedVm then refuses nothing the bake creates.
+            "--shielded-secure-boot",
             "--shielded-vtpm",
             "--shielded-integrity-monitoring",
-            "--no-shielded-secure-boot",
             "--metadata=enable-guest-attributes=TRUE,enable-oslogin=TRUE,block-project-ssh-keys=TRUE",
             f"--labels={labels}",
         )
@@ -224,6 +251,126 @@ class Builder:
     def disk_url(self) -> str:
         # gcloud names the boot disk after the instance.
         return f"https://www.googleapis.com/compute/v1/projects/{self.project}/zones/{self.zone}/disks/{self.name}"
+
+
+@dataclass(frozen=True)
+class GpuTest:
+    """The bake's GPU test VM (see the module docstring, step 6): every value quoted."""
+
+    name: str
+    project: str
+    zones: tuple[str, ...]
+    network: str
+    subnetwork: str
+    service_account: str
+    image: str
+    """The candidate image's name, in ``project``."""
+
+    def _gcloud(self, *argv: str) -> str:
+        return shlex.join(["gcloud", "compute", *argv, f"--project={self.project}"])
+
+    def _instance(self, verb: str, *extra: str) -> str:
+        return (
+            shlex.join(["gcloud", "compute", "instances", verb, self.name, f"--project={self.project}"])
+            + (" " + shlex.join(list(extra)) if extra else "")
+            + ' --zone="$zone"'
+        )
+
+    def _create(self, cfg: StackConfig) -> str:
+        labels = f"app={PROJECT},role=gpu-test,llama-cpp-build=b{cfg.llama_cpp_build}"
+        spot = cfg.provisioning_model == "SPOT"
+        argv = [
+            f"--machine-type={cfg.machine_type}",
+            f"--accelerator=type={cfg.accelerator_type},count={cfg.accelerator_count}",
+            "--maintenance-policy=TERMINATE",
+            f"--provisioning-model={cfg.provisioning_model}",
+            *(["--instance-termination-action=DELETE"] if spot else []),
+            f"--image={self.image}",
+            f"--image-project={self.project}",
+            f"--boot-disk-size={BUILDER_DISK_GB}GB",
+            f"--boot-disk-type={GPU_TEST_DISK_TYPE}",
+            f"--network={self.network}",
+            f"--subnet={self.subnetwork}",
+            *([] if cfg.external_ip else ["--no-address"]),
+            f"--service-account={self.service_account}",
+            f"--scopes={BUILDER_SCOPES}",
+            "--shielded-secure-boot",
+            "--shielded-vtpm",
+            "--shielded-integrity-monitoring",
+            "--metadata=enable-guest-attributes=TRUE,enable-oslogin=TRUE,block-project-ssh-keys=TRUE",
+            f"--labels={labels}",
+        ]
+        return self._instance("create", *argv) + ' --metadata-from-file=startup-script="$script"'
+
+    def script(self, cfg: StackConfig) -> str:
+        """Create the VM in the first zone with an L4 for it, read its verdicts, delete it; print the
+        verdict code (the last stdout line) and label the image with it, or deprecate the image."""
+        attribute = self._instance("get-guest-attributes", "--format=value(value)")
+        image = shlex.quote(self.image)
+        project = shlex.quote(f"--project={self.project}")
+        zones = " ".join(shlex.quote(z) for z in self.zones)
+        refused = f"the candidate image {self.image} is refused"
+        after = "it is deprecated out of the family, and the next pulumi up bakes again"
+        return f"""set -u
+zone=""
+script="$(mktemp)"
+printf "%s" "${VERIFY_SCRIPT_ENV}" >"$script"
+for candidate in {zones}; do
+  zone=$candidate
+  if {self._create(cfg)}; then break; fi
+  zone=""
+done
+rm -f "$script"
+refuse() {{
+  printf '%s\\n' "{refused}: $1; {after}" >&2
+  [ -z "$zone" ] || {self._instance("delete", "--quiet")} >&2 || true
+  gcloud compute images deprecate {image} {project} --state=OBSOLETE >&2 || true
+  exit 1
+}}
+[ -n "$zone" ] || refuse "no zone of {zones} could create its GPU test VM (stockout or quota)"
+read_key() {{
+  # read_key KEY...: the first of these guest attributes the VM writes, as KEY=VALUE (bounded).
+  local deadline=$((SECONDS + {GPU_TEST_TIMEOUT_S})) key value
+  while ((SECONDS < deadline)); do
+    for key in "$@"; do
+      value=$({attribute} --query-path="{NAMESPACE}/$key" 2>/dev/null) || value=""
+      if [ -n "$value" ]; then printf '%s=%s\\n' "$key" "$value"; return 0; fi
+    done
+    sleep {GPU_TEST_POLL_S}
+  done
+  return 1
+}}
+first=$(read_key {KEY_SECURE_BOOT} {KEY_PLAIN}) || refuse "its GPU test VM never reported"
+case $first in
+  {KEY_SECURE_BOOT}=on\\ *)
+    code=on ;;
+  {KEY_SECURE_BOOT}=*)
+    code=${{first#{KEY_SECURE_BOOT}=}}; code=${{code%% *}}
+    echo "Secure Boot failed on the GPU test: ${{first#*=}}; trying the image with Secure Boot off" >&2
+    {self._instance("stop", "--quiet")} >&2 || refuse "its GPU test VM did not stop"
+    {self._instance("update", "--no-shielded-secure-boot")} >&2 ||
+      refuse "Secure Boot could not be turned off"
+    {self._instance("start")} >&2 || refuse "its GPU test VM did not start again"
+    plain=$(read_key {KEY_PLAIN}) || refuse "its GPU test VM never reported with Secure Boot off"
+    case $plain in
+      {KEY_PLAIN}=ok\\ *) ;;
+      *) refuse "its GPU fails with Secure Boot off too: ${{plain#*=}}" ;;
+    esac ;;
+  *)
+    # The VM was created with Secure Boot on, yet mokutil saw it off: this pass is the plain one.
+    code=sb-disabled
+    case $first in {KEY_PLAIN}=ok\\ *) ;; *) refuse "its GPU fails: ${{first#*=}}" ;; esac ;;
+esac
+{self._instance("delete", "--quiet")} >&2 || true
+gcloud compute images add-labels {image} {project} --labels="{shielded.VERDICT_LABEL}=$code" >&2
+echo "$code"
+"""
+
+
+def gpu_test_verdict(stdout: str | None) -> SecureBoot:
+    """The members' Secure Boot from the GPU test step's output (its last line is the verdict code)."""
+    lines = (stdout or "").strip().splitlines()
+    return shielded.from_verdict(lines[-1] if lines else None)
 
 
 def bake_wait_script(cfg: StackConfig, builder: Builder, *, python: str = sys.executable) -> str:
@@ -278,7 +425,9 @@ class ToolingImage(pulumi.ComponentResource):
     image: gcp.compute.Image
     family: str
     family_url: pulumi.Output[str]
-    """The family reference for a server boot disk; resolves only once the image exists."""
+    """The family reference for a server boot disk; resolves only once the GPU test accepted the image."""
+    secure_boot: pulumi.Output[SecureBoot]
+    """The GPU test's verdict: whether the members boot with Secure Boot, and why not."""
 
     def __init__(self, name: str, args: ToolingImageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("qwen36:infra:ToolingImage", name, None, opts)
@@ -358,6 +507,8 @@ class ToolingImage(pulumi.ComponentResource):
                 depends_on=[self.stop],
                 # Old images stay in the family for the user to remove (or roll back to).
                 retain_on_delete=True,
+                # The GPU test adds the verdict label with gcloud (step 6).
+                ignore_changes=["labels"],
                 custom_timeouts=pulumi.CustomTimeouts(create=IMAGE_CREATE_TIMEOUT),
             ),
         )
@@ -367,7 +518,30 @@ class ToolingImage(pulumi.ComponentResource):
             triggers=[self.image.id],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.image]),
         )
-        self.family_url = pulumi.Output.all(args.project, self.image.id).apply(
+        test = pulumi.Output.all(
+            args.project, args.network, args.subnetwork, self.account.email, self.image.name
+        ).apply(lambda v: GpuTest(f"{builder_name(cfg)}-gpu", v[0], tuple(cfg.zones), v[1], v[2], v[3], v[4]))
+        self.gpu_test = local.Command(
+            f"{name}-gpu-test",
+            create=test.apply(lambda t: t.script(cfg)),
+            # Deleted with the step, never left billing: the script deletes it on every path, and this
+            # catches an interrupted `pulumi up`.
+            delete=test.apply(
+                lambda t: (
+                    f"for zone in {' '.join(shlex.quote(z) for z in cfg.zones)}; do "
+                    + t._instance("delete", "--quiet")
+                    + " >/dev/null 2>&1 || true; done"
+                )
+            ),
+            interpreter=["/bin/bash", "-c"],
+            update=NO_OP_UPDATE,
+            environment={VERIFY_SCRIPT_ENV: render_verify_script(cfg)},
+            triggers=[self.image.id],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.delete_builder]),
+        )
+        self.secure_boot = self.gpu_test.stdout.apply(gpu_test_verdict)
+        self.secure_boot.apply(_log_verdict)
+        self.family_url = pulumi.Output.all(args.project, self.gpu_test.stdout).apply(
             lambda values: family_url(values[0], self.family)
         )
         self.register_outputs(
@@ -376,8 +550,17 @@ class ToolingImage(pulumi.ComponentResource):
                 "family": self.family,
                 "family_url": self.family_url,
                 "builder_account": self.account.email,
+                "secure_boot": self.secure_boot.apply(lambda d: d.on),
             }
         )
+
+
+def _log_verdict(decision: SecureBoot) -> None:
+    """The verdict in `pulumi up`'s output: one line."""
+    if decision.on:
+        pulumi.log.info("Secure Boot on: the GPU test booted the tooling image with it and found the L4")
+    else:
+        pulumi.log.warn(f"{decision.reason_line}; the members run the image with Secure Boot off")
 
 
 # --- Which image the server boots ------------------------------------------------------------------
@@ -390,9 +573,19 @@ class ImageChoice:
     source: Literal["tooling", "stock"]
     summary: str
     """One line for the preview and a stack output: which image, and the cold start to expect."""
+    secure_boot: pulumi.Output[SecureBoot]
+    """Whether its members boot with Secure Boot (the bake's verdict), and why not."""
 
 
-def find_tooling_image(cfg: StackConfig, project: str | None = None) -> pulumi.Output[str] | None:
+@dataclass(frozen=True)
+class FoundImage:
+    """The build's family, where it holds an image, and the verdict its newest image carries."""
+
+    url: pulumi.Output[str]
+    secure_boot: SecureBoot
+
+
+def find_tooling_image(cfg: StackConfig, project: str | None = None) -> FoundImage | None:
     """The build's tooling family if it holds an image, else None (the server takes the stock image).
 
     A missing family is the normal case for anyone who never baked one, so it is logged, never
@@ -417,18 +610,25 @@ def find_tooling_image(cfg: StackConfig, project: str | None = None) -> pulumi.O
         return None
     pulumi.log.info(f"tooling image {found.name} (family {family}): {_tooling_summary(family)}")
     owner = found.project or project
+    # The bake's verdict is the image's label (GpuTest); an image baked before the test has none.
+    secure_boot = shielded.from_verdict((found.labels or {}).get(shielded.VERDICT_LABEL))
+    if not secure_boot.on:
+        pulumi.log.warn(f"{secure_boot.reason_line}; the members run {found.name} with Secure Boot off")
     # Without a project the provider resolves the relative form in its own project.
-    return pulumi.Output.from_input(family_url(owner, family) if owner else f"global/images/family/{family}")
+    url = family_url(owner, family) if owner else f"global/images/family/{family}"
+    return FoundImage(pulumi.Output.from_input(url), secure_boot)
 
 
 def choose_server_image(
-    cfg: StackConfig, found: pulumi.Input[str] | None = None, tooling: ToolingImage | None = None
+    cfg: StackConfig, found: FoundImage | None = None, tooling: ToolingImage | None = None
 ) -> ImageChoice:
     """The server's boot image: the build's family where it holds an image (``found``, from
     :func:`find_tooling_image`), else this stack's bake (the group waits for it), else stock."""
     family = tooling_family(cfg.llama_cpp_build)
     if found is not None:
-        return ImageChoice(found, "tooling", _tooling_summary(family))
+        return ImageChoice(
+            found.url, "tooling", _tooling_summary(family), pulumi.Output.from_input(found.secure_boot)
+        )
     if tooling is not None and cfg.use_tooling_image:
         summary = (
             f"the tooling image {family} is baked first (this `pulumi up` only; `python -m "
@@ -436,10 +636,12 @@ def choose_server_image(
             f"repair: {COLD_START_TOOLING} cold start"
         )
         pulumi.log.info(summary)
-        return ImageChoice(tooling.family_url, "tooling", summary)
+        return ImageChoice(tooling.family_url, "tooling", summary, tooling.secure_boot)
     if not cfg.use_tooling_image:
         pulumi.log.info(f"useToolingImage is false: {_stock_summary(cfg)}")
-    return ImageChoice(stock_image_url(cfg), "stock", _stock_summary(cfg))
+    # The stock image's DKMS module is not signed by a key the UEFI db holds (infra/shielded.py).
+    stock = pulumi.Output.from_input(shielded.STOCK)
+    return ImageChoice(stock_image_url(cfg), "stock", _stock_summary(cfg), stock)
 
 
 def _tooling_summary(family: str) -> str:

@@ -59,8 +59,11 @@ def plain(value: Any) -> Any:
 
 
 def _config() -> dict[str, Any]:
-    """The stack's config as the CLI hands it to a policy pack (PULUMI_CONFIG, pulumi's
-    analyzer_plugin.go constructEnv), over Pulumi.yaml's defaults for keys the stack does not set."""
+    """The stack's config as the CLI hands it to a policy pack (PULUMI_CONFIG: with the Python language
+    plugin the CLI takes the RunPlugin path, and pulumi-language-python's ConfigureStack sets it before
+    running ``python -m pulumi.policy``, sdk/python/cmd/pulumi-language-python/main.go; the legacy
+    analyzer_plugin.go constructEnv is not that path), over Pulumi.yaml's defaults for keys the stack
+    does not set."""
     project = _project_document()
     declared = (project.get("config") or {}).items()
     values: dict[str, Any] = {key: spec.get("default") for key, spec in declared if isinstance(spec, dict)}
@@ -92,6 +95,7 @@ def context(resources: Sequence[rules.Resource] = ()) -> rules.PolicyContext:
         allow_public_internet=bool(config.get("allowPublicInternet")),
         secrets=secrets,
         fleet=replicas > 1 or max_replicas > 1,
+        external_ip=bool(config.get("externalIp")),
         project_options=dict(_project_document().get("options") or {}),
     )
 

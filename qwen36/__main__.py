@@ -34,6 +34,8 @@ COMMANDS = (
     "qwen36.wake",
     "qwen36.status",
     "qwen36.check",
+    "qwen36.keys",
+    "qwen36.verify",
 )
 
 

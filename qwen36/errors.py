@@ -35,6 +35,7 @@ class Exit(enum.IntEnum):
     MISSING_TOOL = 9
     API_ERROR = 10
     LOCAL_IO = 11
+    UNCHECKED = 12
     BUG = 70  # sysexits.h EX_SOFTWARE
     INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
@@ -68,7 +69,8 @@ CAUSES: dict[Exit, tuple[str, str]] = {
         "grant the role the line names, or pass the right key",
     ),
     Exit.UNREACHABLE: (
-        "a service did not answer, or kept answering 429/5xx after the bounded retries",
+        "a service did not answer, kept answering 429/5xx after the bounded retries, or answered what "
+        "is not its API (an HTML page, junk, JSON of another shape: often a proxy or captive portal)",
         "check the network, the URL or the service's status page, and rerun",
     ),
     Exit.NOT_FOUND: (
@@ -86,6 +88,11 @@ CAUSES: dict[Exit, tuple[str, str]] = {
     Exit.LOCAL_IO: (
         "a local file or folder could not be read or written",
         "check the path and its permissions; a report that could not be written is kept where the line says",
+    ),
+    Exit.UNCHECKED: (
+        "`qwen36 check` found no blocker but could not read every fact it checks (an API refused, did "
+        "not answer or answered junk), so it cannot say the deploy will pass",
+        "read the UNREAD lines and their fixes, then rerun; `scripts/deploy.sh --skip-check` deploys anyway",
     ),
     Exit.BUG: (
         "a bug in this project's code",
@@ -145,6 +152,12 @@ class ApiError(QwenError):
 
 class LocalIOError(QwenError):
     exit_code = Exit.LOCAL_IO
+
+
+class BadAnswerError(QwenError):
+    """A cloud API answered something that is not its documented answer (qwen36/cloud_answers.py)."""
+
+    exit_code = Exit.UNREACHABLE
 
 
 def one_line(text: str, limit: int = 0) -> str:
@@ -257,6 +270,9 @@ def as_error(exc: BaseException) -> QwenError | None:
     google = _google_api_error(exc)
     if google is not None:
         return google
+    unparsed = _unparsed_answer(exc)
+    if unparsed is not None:
+        return unparsed
     if is_connection_error(exc):
         return UnreachableError(
             f"no answer ({type(exc).__name__}: {detail(exc)}); check the network or the endpoint and rerun"
@@ -271,6 +287,21 @@ def as_error(exc: BaseException) -> QwenError | None:
     if isinstance(exc, OSError):
         where = f" {exc.filename}" if exc.filename else ""
         return LocalIOError(f"cannot use{where}: {exc.strerror or detail(exc)}")
+    return None
+
+
+def _unparsed_answer(exc: Exception) -> QwenError | None:
+    """protobuf's ParseError comes only from a client library reading an answer: a net under the
+    boundary (qwen36/cloud_answers.py), which names the API and what came back."""
+    try:
+        from google.protobuf.json_format import ParseError
+    except ImportError:  # pragma: no cover (google-cloud-compute's own dependency)
+        return None
+    if isinstance(exc, ParseError):
+        return BadAnswerError(
+            f"a Google API answered what is not its documented JSON ({detail(exc)}); a proxy or "
+            "captive portal may stand in the way: check the network and rerun"
+        )
     return None
 
 

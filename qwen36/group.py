@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from infra import boot_protocol
-from qwen36.errors import NotFoundError
+from qwen36.errors import NotFoundError, UsageError
 
 # Short enough that a hung API call cannot stretch a bounded wait much past its deadline.
 COMPUTE_REQUEST_TIMEOUT_S = 15.0
@@ -39,15 +39,65 @@ _QUOTA_MESSAGE = re.compile(
 _ZONES_AVAILABLE_KEY = "zonesAvailable"
 
 
+# A project id: 6 to 30 lowercase letters, digits and hyphens, starting with a letter, not ending in a
+# hyphen (https://cloud.google.com/resource-manager/docs/creating-managing-projects#before_you_begin);
+# a legacy domain-scoped project has its domain and a colon before it (`example.com:my-project`,
+# https://cloud.google.com/compute/docs/naming-resources, "Domain-scoped projects").
+PROJECT_ID = re.compile(r"(?:[a-z0-9][a-z0-9.-]{0,62}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
+# What the group's readers need of it: only a project id's characters, so that it cannot change the
+# request's path (their tests' fakes use short ids such as "proj").
+PROJECT_CHARS = re.compile(r"(?:[a-z0-9][a-z0-9.-]{0,62}:)?[a-z](?:[a-z0-9-]{0,28}[a-z0-9])?")
+# Regions, zones, groups and instances: RFC 1035 labels of at most 63 characters
+# (https://cloud.google.com/compute/docs/naming-resources#resource-name-format). Checked before a name
+# goes into a request's URL path, where `../` would name another resource.
+GCE_NAME = re.compile(r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def project_problem(value: str, *, strict: bool = True) -> str:
+    """Why ``value`` is not a project id (``strict``: the documented rule, length included; else only
+    its characters), or ""."""
+    if (PROJECT_ID if strict else PROJECT_CHARS).fullmatch(value):
+        return ""
+    return (
+        f"{value!r} is not a project id (6-30 lowercase letters, digits and hyphens, starting with a "
+        "letter; https://cloud.google.com/resource-manager/docs/creating-managing-projects)"
+    )
+
+
+def name_problem(value: str) -> str:
+    """Why ``value`` is not a Compute Engine name, or ""."""
+    if GCE_NAME.fullmatch(value):
+        return ""
+    return (
+        f"{value!r} is not a Compute Engine name (lowercase letters, digits and '-', at most 63, "
+        "starting with a letter; https://cloud.google.com/compute/docs/naming-resources)"
+    )
+
+
 class GroupNotFound(NotFoundError):
     """The group named does not exist (a wrong --project/--region/--group, or not deployed)."""
 
 
 @dataclass(frozen=True)
 class GroupTarget:
+    """The group's coordinates, checked here, where every command that reads a group builds them
+    (from its flags or the stack's outputs): a bad one is a usage error, not a request the client
+    library refuses with a ValueError."""
+
     project: str
     region: str
     group: str
+
+    def __post_init__(self) -> None:
+        project = project_problem(self.project, strict=False)
+        problems = [
+            f"project {project}" if project else "",
+            f"region {name_problem(self.region)}" if name_problem(self.region) else "",
+            f"group {name_problem(self.group)}" if name_problem(self.group) else "",
+        ]
+        problem = next((p for p in problems if p), "")
+        if problem:
+            raise UsageError(f"{problem}; check --project, --region and --group (or the stack's outputs)")
 
 
 @dataclass(frozen=True)
@@ -234,7 +284,7 @@ class ComputeApiReader:
             instance_group_manager=group.group,
             timeout=COMPUTE_REQUEST_TIMEOUT_S,
         )
-        return int(manager.target_size)
+        return int(checked_group(manager, self._groups).target_size)
 
     def members(self, group: GroupTarget) -> list[Member]:
         from google.api_core import exceptions
@@ -323,6 +373,19 @@ class ComputeApiReader:
         )
         output = self._instances.get_serial_port_output(request=request, timeout=COMPUTE_REQUEST_TIMEOUT_S)
         return output.contents.splitlines()[-lines:]
+
+
+def checked_group(manager: Any, client: Any) -> Any:
+    """``manager`` if it is a group: every InstanceGroupManager carries its name (the resource,
+    https://cloud.google.com/compute/docs/reference/rest/v1/regionInstanceGroupManagers); the library
+    reads ``{}``, ``"text"`` or an object of unknown fields as an empty one, which would say size 0."""
+    if str(getattr(manager, "name", "") or ""):
+        return manager
+    from qwen36.cloud_answers import not_the_api
+
+    raise not_the_api(
+        "the Compute API's regionInstanceGroupManagers.get", "the group's name", getattr(client, "last", None)
+    )
 
 
 class SingleVmReader:

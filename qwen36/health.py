@@ -64,7 +64,12 @@ QUOTAS_CONSOLE = "https://console.cloud.google.com/iam-admin/quotas"
 
 
 class WaitFailed(RuntimeError):
-    """The server did not become ready; ``str()`` is the full diagnosis."""
+    """The server did not become ready; ``str()`` is the full diagnosis, ``exit_code`` its cause's
+    code (1; 7 when the group was never read because the Compute API did not answer as documented)."""
+
+    def __init__(self, diagnosis: str, exit_code: int = Exit.FAILED) -> None:
+        super().__init__(diagnosis)
+        self.exit_code = int(exit_code)
 
     def reported(self) -> QwenError:
         """Prints the diagnosis past its first line (what the wait saw, where to look next) to
@@ -74,7 +79,7 @@ class WaitFailed(RuntimeError):
         first, _, rest = str(self).partition("\n")
         if rest:
             print(rest, flush=True)
-        return QwenError(first, Exit.FAILED)
+        return QwenError(first, self.exit_code)
 
 
 @dataclass(frozen=True)
@@ -272,6 +277,8 @@ class _GroupView:
     stockout_zones: list[str] = field(default_factory=list)
     stopped: bool = False
     """The group is at size 0: idle autostop (or a person) stopped it, and no member will come."""
+    unread: QwenError | None = None
+    """Why the last read of the group failed, when it is one of our errors (a bad answer, retries spent)."""
 
 
 def _elapsed(seconds: float) -> str:
@@ -367,6 +374,13 @@ def wait_ready(
                     raise WaitFailed(diagnose(reason, parts, group, view, reader, progress))
             if now >= deadline:
                 reason = f"not ready after {bound} (the timeout)"
+                if not view.readable and view.unread is not None:
+                    # Never read at all: the cause is the Compute API's answer, not the server.
+                    reason += f"; the group was never read: {view.unread.message}"
+                    failed = WaitFailed(
+                        diagnose(reason, parts, group, view, reader, progress), view.unread.exit_code
+                    )
+                    raise failed
                 raise WaitFailed(diagnose(reason, parts, group, view, reader, progress))
             sleep(max(0.0, min(settings.poll_s, deadline - now)))
 
@@ -383,6 +397,9 @@ def _read_group(
     try:
         members: list[Member] | None = reader.members(group)
         problem = ""
+    except QwenError as exc:  # the boundary's own line (qwen36/cloud_answers.py, qwen36/retry.py)
+        members, problem = None, f"group unreadable: {type(exc).__name__}: {exc.message}"
+        view.unread = exc
     except Exception as exc:  # unreadable now is "not ready", and said so
         members, problem = None, f"group unreadable: {type(exc).__name__}: {str(exc)[:160]}"
     errors: list[GroupError] = [e for m in members or [] for e in m.errors]
@@ -412,6 +429,7 @@ def _read_group(
         view.parts = {"member": member_obs, **{k: v for k, v in view.parts.items() if k != "member"}}
         return
     view.readable = True
+    view.unread = None
     view.member = member
     view.parts = {"member": member_obs}
     if not members:

@@ -10,6 +10,9 @@ The client library's own retry is turned off for these calls (``retry=None``): g
 retries a GET on 503 for up to 600 s by default and a POST never, which is the hang and the
 traceback the fault tests caught.
 
+An answer the library cannot parse (HTML, junk, JSON of another shape) is not retried: it raises
+:class:`qwen36.errors.BadAnswerError` naming the call and what came back (qwen36/cloud_answers.py).
+
 Only calls that are safe to repeat are retried: GETs, the read-only POSTs (``listManagedInstances``,
 ``listErrors`` and ``regionOperations.wait`` change nothing), and a mutating POST only when it
 carries a ``requestId``, which Compute documents for exactly this: "if you must retry your request,
@@ -29,6 +32,7 @@ from typing import Any, TypeVar
 
 import tenacity
 
+from qwen36.cloud_answers import bad_answer, parse_failures
 from qwen36.errors import UnreachableError, detail, is_connection_error, is_transient_google
 
 T = TypeVar("T")
@@ -91,9 +95,13 @@ class RetryingClient:
     READ_ONLY_PREFIXES = ("get", "list", "aggregated_list", "wait")
 
     def __init__(self, client: Any, service: str, mutating: frozenset[str] = frozenset()) -> None:
+        from qwen36.cloud_answers import watch
+
         self._client = client
         self._service = service
         self._mutating = mutating
+        self.last = watch(client)
+        """The latest answer the client received (for the line of an answer that is not the API's)."""
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._client, name)
@@ -111,7 +119,12 @@ class RetryingClient:
                     raise TypeError(f"{self._service}.{name}: pass request=<...Request> so a requestId fits")
                 if not request.request_id:
                     request.request_id = str(uuid.uuid4())
-            return call(method, *args, what=f"the Compute API's {self._service}.{_camel(name)}", **kwargs)
+            what = f"the Compute API's {self._service}.{_camel(name)}"
+            try:
+                return call(method, *args, what=what, **kwargs)
+            except parse_failures() as exc:
+                # An answer the library could not parse is not retried: a proxy's page stays one.
+                raise bad_answer(exc, what, self.last) or exc from exc
 
         return retried
 

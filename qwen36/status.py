@@ -42,6 +42,7 @@ from qwen36.pulumi_cli import INSTEAD, pulumi_stdout
 API_KEY_ENV = "QWEN36_API_KEY"
 # The stack output the program exports for these commands (infra/autostop.py: autostop_outputs).
 STACK_OUTPUT = "autostop"
+KEYS_OUTPUT = "keysSecret"
 COMPUTE_TIMEOUT_S = 15.0
 # regionOperations.wait itself answers within about 2 minutes; the HTTP call may take that long.
 OPERATION_WAIT_S = 150.0
@@ -73,6 +74,8 @@ class Where:
     timeout_minutes: float = 20
     urls: dict[str, str] = field(default_factory=dict)
     api_key: str | None = None
+    keys_secret: str | None = None
+    """The door's named-key set (the stack output keysSecret): each key's use is shown with it."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,7 @@ def where_from(args: argparse.Namespace) -> Where:
             )
         source = f"stack {args.stack}'s {STACK_OUTPUT!r} output"
         key = os.environ.get(API_KEY_ENV) or outputs.get("apiKey") or None
+        keys_secret = outputs.get(KEYS_OUTPUT)
         return checked_where(
             Where(
                 project=spec["project"],
@@ -129,6 +133,7 @@ def where_from(args: argparse.Namespace) -> Where:
                 timeout_minutes=spec.get("timeoutMinutes", 20),
                 urls=urls,
                 api_key=key if isinstance(key, str) else None,
+                keys_secret=keys_secret if isinstance(keys_secret, str) and keys_secret else None,
             ),
             source,
         )
@@ -217,8 +222,9 @@ class GroupApi:
             from google.auth.credentials import AnonymousCredentials
 
             credentials = AnonymousCredentials()
-        self.reader = ComputeApiReader(api_endpoint=endpoint, credentials=credentials)
+        # The target first: a bad name is a usage error before credentials are looked for.
         self.target = GroupTarget(project=where.project, region=where.region, group=where.group)
+        self.reader = ComputeApiReader(api_endpoint=endpoint, credentials=credentials)
         options = ClientOptions(api_endpoint=endpoint) if endpoint else None
         kw: dict[str, Any] = {"transport": "rest", "client_options": options, "credentials": credentials}
         self.groups = RetryingClient(
@@ -410,10 +416,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
     add_group_arguments(parser)
+    # Cloud Monitoring at <root>/v3 (a stand-in in tests); the Compute stand-in is --compute-endpoint.
+    parser.add_argument("--api-root", help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
+
+
+def key_usage_lines(project: str, api_root: str | None, now: datetime | None = None) -> list[str]:
+    """One line per key the door's series name in the last 30 days (qwen36/keys/usage.py)."""
+    from qwen36.keys import credentials
+    from qwen36.keys.usage import Monitoring, key_usage
+
+    monitoring = Monitoring(project, credentials(), f"{api_root.rstrip('/')}/v3" if api_root else None)
+    used = key_usage(monitoring, now)
+    if not used:
+        return ["keys: no request through the door in the last 30 days"]
+    return [f"key {name}: {use.describe()}" for name, use in sorted(used.items())]
 
 
 def run(args: argparse.Namespace) -> int:
     where = where_from(args)
     print(describe(GroupApi(where, args.compute_endpoint, args.anonymous)), flush=True)
+    if where.keys_secret:
+        for line in key_usage_lines(where.project, args.api_root):
+            print(line, flush=True)
     return Exit.OK

@@ -101,6 +101,11 @@ def run(args: argparse.Namespace) -> int:
         from google.auth.credentials import AnonymousCredentials
 
         credentials = AnonymousCredentials()
+    # The target first: a bad name is a usage error before credentials are looked for.
+    if args.region and args.group:
+        group = GroupTarget(project=args.project, region=args.region, group=args.group)
+    else:
+        group = GroupTarget(project=args.project, region=args.zone.rsplit("-", 1)[0], group=args.instance)
     reader: GroupReader | None
     try:
         reader = ComputeApiReader(api_endpoint=args.compute_endpoint, credentials=credentials)
@@ -114,11 +119,8 @@ def run(args: argparse.Namespace) -> int:
             ) from exc
         print(f"wait: no Compute API access ({type(exc).__name__}); probing HTTP only", flush=True)
         reader = None
-    if args.region and args.group:
-        group = GroupTarget(project=args.project, region=args.region, group=args.group)
-    else:
+    if not (args.region and args.group):
         vm = Target(project=args.project, zone=args.zone, instance=args.instance)
-        group = GroupTarget(project=args.project, region=args.zone.rsplit("-", 1)[0], group=args.instance)
         reader = SingleVmReader(reader, vm) if reader is not None else None
     started = time.monotonic()
     try:

@@ -26,6 +26,8 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from infra import cold_start, fleet_bounds, pricing  # noqa: E402
 from infra.config import DEFAULT_IDLE_STOP_MINUTES, NOMINAL_MODEL_BYTES, StackConfig  # noqa: E402
 from infra.output_reference import OUTPUTS, WHEN_TEXT  # noqa: E402
+from qwen36.check import gcp as check_gcp  # noqa: E402
+from qwen36.check import pulumi_version  # noqa: E402
 from qwen36.errors import exit_code_table  # noqa: E402
 
 README = ROOT / "README.md"
@@ -65,6 +67,15 @@ def outputs_table() -> str:
     for group in OUTPUTS:
         keys = ", ".join(f"`{key}`" for key in group.keys)
         rows.append(f"| {keys} | {WHEN_TEXT[group.when]} | {_cell(group.what)} |")
+    return "\n".join(rows)
+
+
+def secure_boot_reasons_table() -> str:
+    """infra/shielded.py: each reason the bake records for Secure Boot off, by its label code."""
+    from infra import shielded
+
+    rows = ["| `secure-boot-off` | why |", "| --- | --- |"]
+    rows += [f"| `{code}` | {_cell(reason)} |" for code, reason in shielded.OFF_REASONS.items()]
     return "\n".join(rows)
 
 
@@ -368,11 +379,17 @@ FIGURES: dict[str, Callable[[], str]] = {
     "config.max-ctx": lambda: str(StackConfig().max_ctx_size),
     "net.door-subnet": lambda: f"`{_door_subnet()}`",
     "policy.rules": lambda: str(len(_policy_rules())),
+    "pulumi.min-version": pulumi_version.minimum,
+    "check.worst-case": lambda: f"{check_gcp.worst_case_s():.0f} s",
+    "check.call-bound": lambda: f"{check_gcp.READ_TIMEOUT_S:g} s",
+    "check.tries": lambda: str(check_gcp.TRIES),
+    "check.budget": lambda: f"{check_gcp.BUDGET_S:g} s",
 }
 
 TABLES: dict[str, Callable[[], str]] = {
     "config-reference": config_table,
     "outputs": outputs_table,
+    "secure-boot-reasons": secure_boot_reasons_table,
     "cold-start": cold_start_table,
     "boot-bench": boot_bench_table,
     "first-deploy": first_deploy_table,

@@ -16,6 +16,8 @@
 : "${SERVER_IMAGE:?rendered by infra/bake_script.py}"
 : "${GA_NAMESPACE:?rendered by infra/bake_script.py}"
 : "${GA_KEY_REPORT:?}" "${PHASE_READY:?}" "${PHASE_FAILED:?}"
+: "${DRIVER_BRANCH?rendered by infra/bake_script.py}" "${DRIVER_MARKER:?rendered by infra/bake_script.py}"
+MARKER=${QWEN36_STATE_DIR:-${DRIVER_MARKER%/*}}/${DRIVER_MARKER##*/}
 
 CURRENT_PHASE=bake-start
 
@@ -77,6 +79,47 @@ pull_server_image() {
   pull_image "$SERVER_IMAGE" :
 }
 
+record_driver() {
+  mkdir -p "${MARKER%/*}" && printf '%s\n' "$1" >"$MARKER"
+  log "signed NVIDIA modules: $1"
+}
+
+install_signed_driver() {
+  # Secure Boot loads only modules signed by a key the UEFI db or shim trusts; the image's DKMS build
+  # is signed with a key of its own. Canonical's precompiled modules for this kernel are signed by
+  # Canonical (infra/shielded.py has the sources), with user-space of the same branch. Whether they
+  # work on an L4 is decided by the GPU test on the candidate image, never here (no GPU on the
+  # builder); what cannot be installed is recorded, and the image then keeps its DKMS driver.
+  report bake-driver "signed NVIDIA modules (branch ${DRIVER_BRANCH:-unknown})"
+  local kernel version
+  if [[ -z $DRIVER_BRANCH ]]; then
+    record_driver "the base image family names no NVIDIA driver branch"
+    return 0
+  fi
+  kernel=$(uname -r)
+  local packages=(
+    "linux-modules-nvidia-${DRIVER_BRANCH}-server-open-${kernel}"
+    "nvidia-utils-${DRIVER_BRANCH}-server"
+    "libnvidia-compute-${DRIVER_BRANCH}-server"
+  )
+  apt_get "$APT_TIMEOUT_S" update
+  # A dry run first: a kernel Canonical has no build for, or a conflict apt cannot resolve, leaves
+  # the image as it was.
+  if ! apt_get "$APT_TIMEOUT_S" install -s --no-install-recommends "${packages[@]}" >/dev/null; then
+    record_driver "no installable ${packages[0]} (or its user-space) for kernel $kernel"
+    return 0
+  fi
+  # The DKMS build would shadow the signed module (updates/ comes first in depmod's search order).
+  if command -v dkms >/dev/null 2>&1; then
+    for version in $(dkms status nvidia 2>/dev/null | sed -n 's|^nvidia/\([^,]*\),.*|\1|p' | sort -u); do
+      dkms remove "nvidia/$version" --all || true
+    done
+  fi
+  apt_get "$APT_TIMEOUT_S" install --no-install-recommends "${packages[@]}"
+  depmod -a "$kernel" || true
+  record_driver installed
+}
+
 clean_up() {
   # Downloaded .debs only; the package lists stay so that the server's own apt steps (a driver
   # rebuild after a kernel upgrade) work without an update first.
@@ -91,6 +134,7 @@ main() {
   install_docker
   configure_nvidia_runtime
   pull_server_image
+  install_signed_driver
   clean_up
   report "$PHASE_READY" "baked docker and $SERVER_IMAGE in $((SECONDS - started)) s"
 }

@@ -191,6 +191,11 @@ step_driver() {
   # running kernel. Nothing else is tried: a GPU that stays invisible is a failed boot, not a loop.
   [[ -n $NVIDIA_DRIVER_BRANCH ]] || fail "nvidia-smi fails and the driver branch is unknown"
   local package="nvidia-dkms-$NVIDIA_DRIVER_BRANCH-server-open"
+  if [[ $(cat "$STATE_DIR/signed-driver" 2>/dev/null) == installed ]]; then
+    # The bake put Canonical's signed module in place (startup/bake.sh): under Secure Boot a DKMS
+    # build would not load, so the recovery is Canonical's build for the running kernel.
+    package="linux-modules-nvidia-$NVIDIA_DRIVER_BRANCH-server-open-$(uname -r)"
+  fi
   report "$PHASE_DRIVER" "nvidia-smi fails; reinstalling $package"
   apt_install "$DRIVER_INSTALL_TIMEOUT_S" "$package" || log "apt-get could not install $package"
   modprobe nvidia || log "modprobe nvidia failed"
@@ -270,7 +275,9 @@ prepare_docker() {
   report "$PHASE_PREPARE" "checking docker and $SERVER_IMAGE"
   if ! command -v docker >/dev/null 2>&1; then
     report "$PHASE_PREPARE" "installing docker.io"
-    apt_install "$APT_TIMEOUT_S" docker.io
+    local rc=0
+    apt_install "$APT_TIMEOUT_S" docker.io || rc=$?
+    ((rc == 0)) || fail "apt-get install docker.io exited $rc (the stock image's path)$(nat_hint)"
   fi
   docker_ready || fail "docker daemon not answering"
   local runtime=0
@@ -288,7 +295,7 @@ prepare_docker() {
     report "$PHASE_PREPARE" "docker ready; $SERVER_IMAGE already present"
     return 0
   fi
-  pull_image "$SERVER_IMAGE" announce_pull || fail "could not pull $SERVER_IMAGE after $IMAGE_PULL_ATTEMPTS attempts"
+  pull_image "$SERVER_IMAGE" announce_pull || fail "could not pull $SERVER_IMAGE after $IMAGE_PULL_ATTEMPTS attempts$(nat_hint)"
   report "$PHASE_PREPARE" "docker ready; pulled $SERVER_IMAGE"
 }
 

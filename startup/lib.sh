@@ -70,6 +70,18 @@ put_report() {
     --data-raw "$1" "$GA_REPORT_URL" 2>/dev/null || log "warning: could not write the guest attribute $GA_KEY_REPORT"
 }
 
+nat_hint() {
+  # The clause a failed internet fetch ends with on a VM without an external IP: it reaches the
+  # internet only through the stack's Cloud NAT (infra/network.py), Google's APIs through Private
+  # Google Access. The metadata server lists an interface's access configs, none without an address.
+  # https://cloud.google.com/compute/docs/metadata/predefined-metadata-keys
+  local ip
+  ip=$(curl -fsS --max-time 5 -H 'Metadata-Flavor: Google' \
+    "$METADATA_URL/computeMetadata/v1/instance/network-interfaces/0/access-configs/0/external-ip" 2>/dev/null) || ip=""
+  [[ -n $ip ]] && return 0
+  printf '%s' "; this VM has no external IP and reaches the internet only through the stack's Cloud NAT: check that it exists and serves this subnet (pulumi up makes it; externalIp: true gives each VM its own address instead)"
+}
+
 one_line() {
   # Whitespace and control characters to single spaces, trimmed, capped: the detail of a report
   # (infra/boot_protocol.py format_report does the same).

@@ -328,7 +328,7 @@ hf_tool() {
       "huggingface_hub[hf_xet]==$HF_HUB_VERSION" >/dev/null || rc=$?
     if ((rc != 0)) || [[ ! -x $venv/bin/hf ]]; then
       rm -rf "$venv"
-      fail "could not install huggingface_hub $HF_HUB_VERSION for the hub download (exit $rc); pip's error is in the journal above"
+      fail "could not install huggingface_hub $HF_HUB_VERSION for the hub download (exit $rc); pip's error is in the journal above$(nat_hint)"
     fi
   fi
   HF_BIN=$venv/bin/hf
@@ -342,7 +342,7 @@ fetch_from_hub() {
     fail "the hub's $MODEL_REPO/$MODEL_FILE@$MODEL_REVISION has sha256 $HUB_SHA, the stack pins $MODEL_SHA256 (modelSha256)"
   fi
   EXPECTED_SHA=${MODEL_SHA256:-$HUB_SHA}
-  [[ -n $EXPECTED_SHA ]] || fail "the hub did not give the sha256 of $MODEL_REPO/$MODEL_FILE@$MODEL_REVISION and modelSha256 is not set"
+  [[ -n $EXPECTED_SHA ]] || fail "the hub did not give the sha256 of $MODEL_REPO/$MODEL_FILE@$MODEL_REVISION and modelSha256 is not set$(nat_hint)"
   hf_tool
   report "$PHASE_MODEL" "fetching $MODEL_REPO/$MODEL_FILE@$MODEL_REVISION from HuggingFace"
   started=$(ga_clock)
@@ -350,7 +350,7 @@ fetch_from_hub() {
     timeout "$HUB_FETCH_TIMEOUT_S" "$HF_BIN" download "$MODEL_REPO" "$MODEL_FILE" --revision "$MODEL_REVISION" \
     --local-dir "$dir" --quiet >/dev/null 2>&1 || rc=$?
   if ((rc != 0)); then
-    fail "HuggingFace download failed (exit $rc)"
+    fail "HuggingFace download failed (exit $rc)$(nat_hint)"
   fi
   FETCH_S=$(seconds_since "$started") FETCH_SLICES=""
   if [[ "$dir/$MODEL_FILE" != "$dir/$MODEL_NAME" ]]; then

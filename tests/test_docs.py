@@ -377,3 +377,12 @@ def test_every_live_check_says_what_settles_it() -> None:
     text = (ROOT / "docs" / "live-checks.md").read_text()
     items = re.split(r"^\d+\. ", text, flags=re.M)[1:]
     assert items and all("*Settles it:*" in item for item in items)
+    # Each item says whether `qwen36 verify` settles it: "**verify:** none ..." or the line that does,
+    # and every line of verify settles some item.
+    from qwen36.verify.checks import NAMES
+
+    said = [re.search(r"\*\*verify:\*\* (none\b|`([a-z-]+)`)", item) for item in items]
+    assert all(said), [item[:60] for item, m in zip(items, said, strict=True) if not m]
+    named = {name for item in items for name in re.findall(r"`([a-z-]+)`", item.split("**verify:**")[1])}
+    assert {m[2] for m in said if m and m[2]} <= set(NAMES)
+    assert set(NAMES) <= named, set(NAMES) - named

@@ -77,7 +77,7 @@ from infra.policy.core import (  # noqa: F401 (the rules' names, as infra.policy
     Rule,
     UnknownInput,
     Violation,
-    _documented_secure_boot_exception,
+    _documented_secure_boot_reasons,
     _instances,
     _last,
 )
@@ -97,6 +97,12 @@ from infra.policy.door import (  # noqa: F401 (the rules' names, as infra.policy
     direct_vpc_subnet_fits,
     door_port_only_from_door,
     unauthenticated_only_on_door,
+)
+from infra.policy.egress import (  # noqa: F401 (the rules' names, as infra.policy.X)
+    ROUTER_NAT,
+    nat_logging_off,
+    no_external_ip_unless_opted_in,
+    vm_subnets_private_egress,
 )
 from infra.policy.iam import (  # noqa: F401 (the rules' names, as infra.policy.X)
     _ACCOUNT_ID,
@@ -207,6 +213,8 @@ RULES: tuple[Rule, ...] = (
     cloud_run_service_limits,
     no_out_of_band_template_switch,
     dashboard_json_valid,
+    no_external_ip_unless_opted_in,
+    nat_logging_off,
 )
 PROGRAM_RULES: tuple[ProgramRule, ...] = (
     autoscaler_needs_even_or_balanced,
@@ -217,6 +225,7 @@ PROGRAM_RULES: tuple[ProgramRule, ...] = (
     subnets_do_not_overlap,
     backend_port_name_on_group,
     refresh_before_update,
+    vm_subnets_private_egress,
 )
 # Rules that need more than one resource's inputs in the pack: the secret values (RandomPassword's
 # result), the stack's size (fleet), or the resources an input was computed from (property
@@ -273,6 +282,9 @@ RULE_LINKS: Mapping[str, str] = {
     "subnets_do_not_overlap": "https://cloud.google.com/vpc/docs/subnets#valid-ranges",
     "backend_port_name_on_group": "https://cloud.google.com/load-balancing/docs/backend-service#named_ports",
     "refresh_before_update": "https://www.pulumi.com/docs/iac/concepts/projects/project-file/",
+    "no_external_ip_unless_opted_in": "https://cloud.google.com/compute/docs/ip-addresses#externaladdresses",
+    "nat_logging_off": "https://cloud.google.com/nat/docs/monitoring",
+    "vm_subnets_private_egress": "https://cloud.google.com/vpc/docs/private-google-access",
 }
 
 

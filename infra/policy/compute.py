@@ -148,13 +148,27 @@ def _builder_create(resource: Resource) -> list[str] | None:
     return None
 
 
+# The label a VM with Secure Boot off carries its reason in (infra/shielded.py OFF_LABEL).
+SECURE_BOOT_OFF_LABEL = "secure-boot-off"
+
+
 def secure_boot_on(resource: Resource, ctx: PolicyContext) -> Iterator[str]:
-    """Shielded VMs boot with secure boot, unless infra/shielded.py documents the exception."""
+    """Shielded VMs boot with Secure Boot, unless the bake's recorded reason says why not (the
+    template's `secure-boot-off` label, a reason of infra/shielded.py); the bake's own VMs always do."""
+    argv = _builder_create(resource)
+    if argv is not None and "--shielded-secure-boot" not in argv:
+        yield "gcloud compute instances create without --shielded-secure-boot"
     if resource.type not in _VMS:
         return
     shielded = resource.inputs.get("shieldedInstanceConfig") or {}
-    if shielded.get("enableSecureBoot") is not True and not ctx.secure_boot_exception:
-        yield "secure boot is off without a documented exception (infra/shielded.py)"
+    if shielded.get("enableSecureBoot") is True:
+        return
+    reason = (resource.inputs.get("labels") or {}).get(SECURE_BOOT_OFF_LABEL)
+    if reason not in ctx.secure_boot_reasons:
+        yield (
+            f"Secure Boot is off without a recorded reason (label {SECURE_BOOT_OFF_LABEL}={reason!r}; "
+            f"the reasons are infra/shielded.py's OFF_REASONS)"
+        )
 
 
 def builder_not_default_account(resource: Resource, _: PolicyContext) -> Iterator[str]:

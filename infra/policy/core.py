@@ -50,10 +50,10 @@ class Violation:
         return f"[{self.rule}] {self.resource}: {self.message}"
 
 
-def _documented_secure_boot_exception() -> str:
+def _documented_secure_boot_reasons() -> Mapping[str, str]:
     from infra import shielded
 
-    return "" if shielded.SECURE_BOOT else shielded.SECURE_BOOT_EXCEPTION
+    return dict(shielded.OFF_REASONS)
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,11 @@ class PolicyContext:
     secrets: Sequence[str] = field(default_factory=list)
     # More than one server behind the load balancer (infra/fleet.py): 8080 then admits only Google.
     fleet: bool = False
-    # Why a VM may run with secure boot off (infra/shielded.py); empty: no exception.
-    secure_boot_exception: str = field(default_factory=_documented_secure_boot_exception)
+    # The reasons a VM may run with Secure Boot off, by the code its `secure-boot-off` label carries
+    # (infra/shielded.py OFF_REASONS); empty: no exception.
+    secure_boot_reasons: Mapping[str, str] = field(default_factory=_documented_secure_boot_reasons)
+    # externalIp: true, the VMs' ephemeral external addresses instead of Cloud NAT (infra/network.py).
+    external_ip: bool = False
     # Pulumi.yaml's `options` (None: not known, and the rule that needs it is skipped).
     project_options: Mapping[str, Any] | None = None
 

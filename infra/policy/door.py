@@ -69,8 +69,13 @@ def _duration_s(value: Any) -> float | None:
 
 def cloud_run_service_limits(resource: Resource, _: PolicyContext) -> Iterator[str]:
     """A Cloud Run service: an RFC 1035 name of at most 63, a request timeout of at most 3600 s, its
-    own service account, deletion protection off (else `pulumi destroy` fails), and Direct VPC
-    egress on one interface without a connector."""
+    own service account, deletion protection off (else `pulumi destroy` fails), Direct VPC egress on
+    one interface without a connector, naming its network and subnet by name (Service.yaml has no
+    diff suppression there: a self link the API echoes in another form makes a new revision every
+    `up`), a template maximum of instances bounded at the service too (the template's is per
+    revision: pulumi_gcp ServiceScalingArgs, "combined maximum ... for all revisions"), and a source
+    deploy on Google's Python runtime started by ``python``, the name the provider's zip-deploy test
+    uses (``python3`` may be the stack's system 3.10)."""
     if resource.type != CLOUD_RUN_SERVICE:
         return
     inputs = resource.inputs
@@ -95,6 +100,17 @@ def cloud_run_service_limits(resource: Resource, _: PolicyContext) -> Iterator[s
         yield "Direct VPC egress supports one network interface"
     if vpc.get("connector") and vpc.get("networkInterfaces"):
         yield "Direct VPC egress and a Serverless VPC Access connector cannot be used together"
+    for nic in vpc.get("networkInterfaces") or []:
+        for key in ("network", "subnetwork"):
+            if "/" in str(nic.get(key) or ""):
+                yield f"Direct VPC egress {key} {nic[key]!r} is a path or self link; name it"
+    template_max = (template.get("scaling") or {}).get("maxInstanceCount")
+    if template_max is not None and (inputs.get("scaling") or {}).get("maxInstanceCount") is None:
+        yield "template.scaling.maxInstanceCount is per revision; bound the service's scaling too"
+    for container in template.get("containers") or []:
+        runtime = "/serverless-runtimes/" in str(container.get("baseImageUri") or "")
+        if runtime and (container.get("commands") or [None])[0] == "python3":
+            yield "the source deploy runs python3, which may be the base image's system 3.10; run python"
 
 
 def _door_subnets(resources: Sequence[Resource]) -> Iterator[tuple[Resource, Resource | None]]:

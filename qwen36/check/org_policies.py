@@ -131,18 +131,31 @@ def _subject(name: str) -> str:
 
 
 def _require_shielded_vm(plan: Plan, eff: Effective) -> Fact:
-    from infra.shielded import SECURE_BOOT
+    from infra import shielded
 
     subject = _subject("compute.requireShieldedVm")
     if not eff.enforced:
         return ok(subject, "not enforced")
-    if SECURE_BOOT:
-        return ok(subject, "enforced; the servers are shielded VMs with secure boot on")
-    return block(
+    # The bake's last verdict, the tooling image's `secure-boot` label (infra/shielded.py), where the
+    # preflight read it. No image read: a deploy that bakes proves it first; one that does not boots
+    # the stock image (its DKMS module).
+    verdict = plan.secure_boot_verdict
+    decision = shielded.from_verdict(verdict) if verdict is not None else None
+    if not plan.cfg.use_tooling_image or (decision is None and not plan.bakes):
+        decision = shielded.STOCK
+    if decision is None or decision.on:
+        why = (
+            "the bake's last verdict was on"
+            if decision is not None
+            else "the bake proves Secure Boot on a test VM before the group uses the image"
+        )
+        return ok(subject, f"enforced; the image builder and the servers run with Secure Boot on ({why})")
+    return warn(
         subject,
-        "enforced: every new VM must have secure boot on, and the servers and the image builder run "
-        "with it off (infra/shielded.py: the Deep Learning VM's DKMS-built NVIDIA module would not load)",
-        exception_fix(plan.project, "compute.requireShieldedVm"),
+        f"enforced, and the servers would run with Secure Boot off ({decision.reason_line}): GCE refuses "
+        "such VMs, so the group would get no member",
+        "bake again (a new llama.cpp build or bake script bakes a new image, whose GPU test may pass), "
+        "or " + exception_fix(plan.project, "compute.requireShieldedVm"),
     )
 
 
@@ -217,11 +230,19 @@ def _list_fact(plan: Plan, name: str, verdict: Verdict, what: str, fix: str, set
 def _external_ip(plan: Plan, eff: Effective) -> Fact:
     name = "compute.vmExternalIpAccess"
     subject = _subject(name)
+    if not plan.cfg.external_ip:
+        # No VM of the stack has an access config (infra/network.py): Cloud NAT carries their egress.
+        if not eff.set or eff.allow_all:
+            return ok(subject, "not restricted" if not eff.set else "allows every VM")
+        return ok(
+            subject,
+            "restricted; does not block: the stack needs no external IP (Cloud NAT carries the VMs' egress)",
+        )
     what = (
-        "the members (and the image builder) have ephemeral external IPs for their egress to apt, "
-        "ghcr.io and Hugging Face, and the program has no Cloud NAT path"
+        "externalIp: true gives the members (and the image builder) ephemeral external IPs for their "
+        "egress to apt, ghcr.io and Hugging Face"
     )
-    fix = exception_fix(plan.project, name)
+    fix = "set externalIp: false (the stack then uses Cloud NAT), or " + exception_fix(plan.project, name)
     if not eff.set or eff.allow_all:
         return ok(subject, "not restricted" if not eff.set else "allows every VM")
     if eff.deny_all:
@@ -273,13 +294,18 @@ def _location_match(entry: str, location: str) -> bool | None:
 
 
 def _resource_locations(plan: Plan, eff: Effective) -> Fact:
-    needed = [plan.region, *plan.zones]
-    why = f"the VMs, subnet, template, group and bucket live in {plan.region} and its zones"
+    # scripts/deploy.sh makes the stack's secrets key in a Cloud KMS key ring in `global`, which the
+    # constraint covers too: "creation of new resources (e.g key rings, keys, key versions) is limited
+    # to the specified locations" (https://cloud.google.com/kms/docs/org-policy-constraints).
+    needed = [plan.region, *plan.zones, "global"]
+    why = (
+        f"the VMs, subnet, template, group and bucket live in {plan.region} and its zones; "
+        "scripts/deploy.sh's KMS key ring for the stack's secrets is in global"
+    )
     if plan.cfg.api_key:
         # https://cloud.google.com/secret-manager/docs/choosing-replication: "a secret with an automatic
         # replication policy can only be created if resource creation in global is allowed".
-        needed.append("global")
-        why += "; the API key's secret (automatic replication) counts as global"
+        why += ", and so is the API key's secret (automatic replication)"
     verdict = judge(eff, needed, _location_match)
     fix = (
         "deploy to a region the policy allows (qwen36-mtp-l4:region and :zones in "
@@ -336,6 +362,33 @@ def _run_ingress(plan: Plan, eff: Effective) -> Fact:
         verdict,
         "the front door is reached from the internet on its run.app URL (ingress all)",
         exception_fix(plan.project, "run.allowedIngress"),
+        eff.set,
+    )
+
+
+def _egress_match(entry: str, value: str) -> bool | None:
+    # The constraint's values are written lower-case with dashes (`private-ranges-only`); the
+    # service's own field says PRIVATE_RANGES_ONLY. Either spelling is the same setting.
+    if entry.startswith(("under:", "in:")):
+        return None
+    return _plain(entry).lower().replace("_", "-") == value
+
+
+def _vpc_egress(plan: Plan, eff: Effective) -> Fact:
+    # The door's Direct VPC egress sends only private ranges through the VPC (infra/door.py
+    # egress="PRIVATE_RANGES_ONLY"); constraints/run.allowedVPCEgress lists the egress settings a
+    # Cloud Run revision may have, `private-ranges-only` and `all-traffic`
+    # (https://cloud.google.com/resource-manager/docs/organization-policy/org-policy-constraints,
+    # https://cloud.google.com/run/docs/configuring/vpc-direct-vpc). An org that allows only
+    # `all-traffic` refuses the door's revision.
+    verdict = judge(eff, ["private-ranges-only"], _egress_match)
+    return _list_fact(
+        plan,
+        "run.allowedVPCEgress",
+        verdict,
+        "the front door's Direct VPC egress sends only private ranges through the VPC "
+        "(PRIVATE_RANGES_ONLY: its calls to Google APIs go out directly)",
+        exception_fix(plan.project, "run.allowedVPCEgress"),
         eff.set,
     )
 
@@ -418,6 +471,7 @@ CONSTRAINTS: tuple[Constraint, ...] = (
     ),
     Constraint("run.managed.requireInvokerIam", lambda plan: plan.door, _invoker_iam),
     Constraint("run.allowedIngress", lambda plan: plan.door, _run_ingress),
+    Constraint("run.allowedVPCEgress", lambda plan: plan.door, _vpc_egress),
 )
 
 

@@ -22,6 +22,9 @@ class Plan:
     cfg: StackConfig
     bakes: bool = False
     """This deploy bakes the tooling image (its family holds none yet)."""
+    secure_boot_verdict: str | None = None
+    """The family's newest image's ``secure-boot`` label (the bake's verdict, infra/shielded.py);
+    "" for an image without one, None where no image was read."""
 
     @property
     def region(self) -> str:

@@ -2,8 +2,10 @@
 
 Order matters only where one read decides another: the APIs' state first (a disabled Compute API
 means the quotas cannot be read yet), the tooling-image family before the permissions (a deploy that
-bakes needs more of them). Every read that fails becomes a ``warn`` line naming what was not read and
-how to read it, never a traceback and never a silent pass.
+bakes needs more of them). Every read that fails becomes an ``UNREAD`` line naming what was not read,
+what answered and how to read it: never a traceback and never a pass. An answer that is not the
+method's documented shape is unread too, never taken for a finding (a permission "missing" from a
+proxy's page). A disabled Service Usage API is a blocker: the deploy enables every other API through it.
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
-from qwen36.check.gcp import ApiError, Apis
+from qwen36.check.gcp import NOT_TRIED, ApiError, Apis
 from qwen36.check.org_policies import applicable as applicable_constraints
 from qwen36.check.org_policies import parse_effective
 from qwen36.check.plan import GLOBAL_GPU_METRIC, SPOT_GPU_METRIC, STANDARD_GPU_METRIC, Plan
-from qwen36.check.report import Fact, block, ok, warn
+from qwen36.check.report import Fact, block, ok, unread, warn
 from qwen36.gate_blockers import roles_command
 
 QUOTAS_CONSOLE = "https://console.cloud.google.com/iam-admin/quotas"
@@ -23,6 +25,8 @@ QUOTAS_CONSOLE = "https://console.cloud.google.com/iam-admin/quotas"
 BATCH_GET_MAX = 30
 TEST_PERMISSIONS_MAX = 100
 ENABLE_PERMISSION = "serviceusage.services.enable"
+SERVICE_USAGE = "serviceusage.googleapis.com"
+ADC_LOGIN = "gcloud auth application-default login"
 
 
 def _chunks(items: list[str], size: int) -> list[list[str]]:
@@ -38,16 +42,29 @@ def _consumer_id(error: ApiError, fallback: str) -> str:
 
 
 def not_read(subject: str, what: str, error: ApiError, project: str, *, extra: str = "") -> Fact:
-    """A read that failed: a disabled API says where to enable it; anything else says what answered."""
+    """A read that failed: a disabled API says where to enable it; anything else says what answered
+    and what to do about that answer."""
     if error.disabled:
         service = error.service or "the API"
         where = _consumer_id(error, project)
-        return warn(
+        return unread(
             subject,
             f"{what} not read: {service} is disabled in project {where}{extra}",
             f"gcloud services enable {service} --project={shlex.quote(where)}, then rerun the check",
         )
-    return warn(subject, f"{what} not read ({error})", "")
+    if error.status == 401:
+        fix = f"{ADC_LOGIN}, then rerun the check"
+    elif error.status == 403:
+        fix = "read the API's message: a role or the quota project's grant is missing; then rerun the check"
+    elif error.reason == NOT_TRIED:
+        fix = "check the network, then rerun the check"
+    elif error.malformed:
+        fix = "check the network (a proxy or captive portal answers for Google?), then rerun the check"
+    elif error.transient:
+        fix = "check the network and https://status.cloud.google.com, then rerun the check"
+    else:
+        fix = "read the API's message, then rerun the check"
+    return unread(subject, f"{what} not read ({error}{extra})", fix)
 
 
 @dataclasses.dataclass
@@ -76,7 +93,8 @@ def check(plan: Plan, apis: Apis, *, caller: str) -> list[Fact]:
 
 def _services(plan: Plan, apis: Apis, found: Checked) -> tuple[list[Fact], bool]:
     """The state of the APIs the deploy calls.
-    https://cloud.google.com/service-usage/docs/reference/rest/v1/services/batchGet"""
+    https://cloud.google.com/service-usage/docs/reference/rest/v1/services/batchGet: ``{"services":
+    [Service]}``, one per name asked, each with its ``state`` (ENABLED, DISABLED, STATE_UNSPECIFIED)."""
     states: dict[str, bool] = {}
     try:
         for names in _chunks(plan.services, BATCH_GET_MAX):
@@ -85,12 +103,7 @@ def _services(plan: Plan, apis: Apis, found: Checked) -> tuple[list[Fact], bool]
                 f"v1/projects/{plan.project}/services:batchGet",
                 params=[("names", f"projects/{plan.project}/services/{name}") for name in names],
             )
-            for service in body.get("services") or []:
-                name = str(
-                    (service.get("config") or {}).get("name")
-                    or str(service.get("name", "")).rsplit("/", 1)[-1]
-                )
-                states[name] = service.get("state") == "ENABLED"
+            states.update(_service_states(body, names))
     except ApiError as exc:
         if exc.not_found:
             return [
@@ -101,9 +114,52 @@ def _services(plan: Plan, apis: Apis, found: Checked) -> tuple[list[Fact], bool]
                     f"pulumi config set gcp:project <id> -s {plan.stack}",
                 )
             ], True
+        if exc.disabled and (exc.service or SERVICE_USAGE) == SERVICE_USAGE:
+            # The deploy enables every other API through Service Usage (pulumi-gcp's projects.Service).
+            where = _consumer_id(exc, plan.project)
+            return [
+                block(
+                    "apis",
+                    f"{SERVICE_USAGE} is disabled in project {where}: the deploy enables the APIs it "
+                    "needs through it, and nothing else can be read about them",
+                    f"gcloud services enable {SERVICE_USAGE} --project={shlex.quote(where)}",
+                )
+            ], False
         return [not_read("apis", "the project's APIs", exc, plan.project)], False
     found.enabled = states
     return [], False
+
+
+def _service_states(body: object, names: list[str]) -> dict[str, bool]:
+    known = ("ENABLED", "DISABLED", "STATE_UNSPECIFIED")
+    services = body.get("services") if isinstance(body, dict) else None
+    if not isinstance(services, list) or not all(isinstance(s, dict) for s in services):
+        raise _shape("serviceusage", "a list of services", body)
+    states: dict[str, bool] = {}
+    for service in services:
+        name = str(
+            (service.get("config") or {}).get("name") or str(service.get("name", "")).rsplit("/", 1)[-1]
+        )
+        if service.get("state") not in known:
+            raise _shape("serviceusage", "a service's state", body)
+        states[name] = service.get("state") == "ENABLED"
+    missing = [n for n in names if n not in states]
+    if missing:
+        raise _shape("serviceusage", f"the state of {', '.join(missing)}", body)
+    return states
+
+
+def _shape(service: str, what: str, body: object) -> ApiError:
+    """A 2xx answer without what its method documents: unread, never a finding."""
+    import json
+
+    from qwen36.check.gcp import answer_error
+
+    try:
+        raw = json.dumps(body).encode()
+    except (TypeError, ValueError):
+        raw = None
+    return answer_error(service, what, raw)
 
 
 def _apis_fact(plan: Plan, found: Checked) -> list[Fact]:
@@ -155,6 +211,15 @@ def _billing(plan: Plan, apis: Apis) -> Fact:
     """https://cloud.google.com/billing/docs/reference/rest/v1/projects/getBillingInfo"""
     try:
         info = apis.get("cloudbilling", f"v1/projects/{plan.project}/billingInfo")
+        # ProjectBillingInfo: {name, projectId, billingAccountName, billingEnabled}; proto3's JSON
+        # leaves out a false billingEnabled, so only its type is checked, and the name must be there.
+        # https://cloud.google.com/billing/docs/reference/rest/v1/ProjectBillingInfo
+        if (
+            not isinstance(info, dict)
+            or not (info.get("name") or info.get("projectId"))
+            or not isinstance(info.get("billingEnabled", False), bool)
+        ):
+            raise _shape("cloudbilling", "a project's billing info", info)
     except ApiError as exc:
         return not_read("billing", "the billing account", exc, plan.project)
     if info.get("billingEnabled") is True:
@@ -179,7 +244,10 @@ def _compute(plan: Plan, apis: Apis, found: Checked) -> tuple[list[Fact], Plan]:
             "enable it now to read them"
         )
         error = ApiError(403, "", reason="SERVICE_DISABLED", service="compute.googleapis.com")
-        return [not_read("quotas", "the GPU quotas", error, plan.project, extra=why)], plan
+        what = "the GPU quotas, the zones and the tooling image"
+        # The family unknown: assume the bake, so that its permissions are tested too.
+        baking = dataclasses.replace(plan, bakes=plan.cfg.use_tooling_image and plan.cfg.build_tooling_image)
+        return [not_read("quotas", what, error, plan.project, extra=why)], baking
     facts = [*_quotas(plan, apis), *_zones(plan, apis)]
     image, plan = _tooling_image(plan, apis)
     return [*facts, *image], plan
@@ -296,6 +364,7 @@ def _zones(plan: Plan, apis: Apis) -> list[Fact]:
 
 
 def _tooling_image(plan: Plan, apis: Apis) -> tuple[list[Fact], Plan]:
+    from infra.shielded import VERDICT_LABEL
     from infra.tooling_image import tooling_family
 
     if not plan.cfg.use_tooling_image:
@@ -304,12 +373,15 @@ def _tooling_image(plan: Plan, apis: Apis) -> tuple[list[Fact], Plan]:
         ], plan
     family = tooling_family(plan.cfg.llama_cpp_build)
     try:
-        image = apis.image_from_family(plan.project, family)
+        found = apis.family_image(plan.project, family)
     except ApiError as exc:
         # Unknown: assume the bake, so that its permissions are tested too.
         facts = [not_read("tooling image", f"the family {family}", exc, plan.project)]
         return facts, dataclasses.replace(plan, bakes=plan.cfg.build_tooling_image)
-    if image is not None:
+    if found is not None:
+        image, labels = found
+        verdict = labels.get(VERDICT_LABEL, "")
+        plan = dataclasses.replace(plan, secure_boot_verdict=verdict)
         return [ok("tooling image", f"{image} in family {family}: no bake")], plan
     if not plan.cfg.build_tooling_image:
         return [
@@ -329,21 +401,46 @@ def _org_policies(plan: Plan, apis: Apis) -> list[Fact]:
             policy = apis.get(
                 "orgpolicy", f"v2/projects/{plan.project}/policies/{constraint.name}:getEffectivePolicy"
             )
+            _check_policy(policy)
         except ApiError as exc:
-            if exc.disabled or exc.status == 403:
-                # One answer for all: the API is off, or the caller may not read policies here.
-                extra = "" if exc.disabled else "; reading them needs orgpolicy.policies.get"
-                return [
-                    *facts,
-                    not_read("org policies", "the organization policies", exc, plan.project, extra=extra),
-                ]
+            if exc.disabled or exc.status in (401, 403) or exc.transient or exc.malformed:
+                # One answer for all: the API is off, the caller may not read policies here, or it
+                # kept failing after its tries or answered junk (the rest would get the same answer).
+                left = [c.name for c in applicable_constraints(plan)][len(facts) :]
+                denied = exc.status == 403 and not exc.disabled
+                extra = "; reading them needs orgpolicy.policies.get" if denied else ""
+                what = "the organization policies" + (f" ({len(left)} left)" if facts else "")
+                return [*facts, not_read("org policies", what, exc, plan.project, extra=extra)]
             facts.append(not_read(f"org policy {constraint.name}", "the effective policy", exc, plan.project))
             continue
         facts.append(constraint.evaluate(plan, parse_effective(policy)))
     return facts
 
 
+def _check_policy(policy: object) -> None:
+    """A Policy {name, spec: {rules: [PolicyRule]}}; anything else is not the API's answer.
+    https://cloud.google.com/resource-manager/docs/reference/orgpolicy/rest/v2/organizations.policies#Policy"""
+    if not isinstance(policy, dict) or not isinstance(policy.get("name"), str):
+        raise _shape("orgpolicy", "a policy", policy)
+    spec = policy.get("spec", {})
+    rules = spec.get("rules", []) if isinstance(spec, dict) else None
+    if not isinstance(rules, list) or not all(isinstance(r, dict) for r in rules):
+        raise _shape("orgpolicy", "a policy's rules", policy)
+
+
 # --- Cloud Resource Manager: the caller's permissions ---------------------------------------------
+
+
+def _granted(body: object, asked: list[str]) -> set[str]:
+    """``{"permissions": [...]}``, a subset of those asked (``{}`` when none is granted: proto3's JSON
+    leaves out an empty list). Anything else (another field, a permission not asked) is not the API's
+    answer, and never read as "missing": that would blame the caller's roles for a proxy's page."""
+    if not isinstance(body, dict) or set(body) - {"permissions"}:
+        raise _shape("cloudresourcemanager", "a list of permissions", body)
+    permissions = body.get("permissions", [])
+    if not isinstance(permissions, list) or not set(map(str, permissions)) <= set(asked):
+        raise _shape("cloudresourcemanager", "a subset of the permissions asked", body)
+    return {str(p) for p in permissions}
 
 
 def _permissions(plan: Plan, apis: Apis, found: Checked, caller: str) -> list[Fact]:
@@ -360,7 +457,7 @@ def _permissions(plan: Plan, apis: Apis, found: Checked, caller: str) -> list[Fa
                 f"v1/projects/{plan.project}:testIamPermissions",
                 {"permissions": names},
             )
-            granted |= {str(p) for p in body.get("permissions") or []}
+            granted |= _granted(body, names)
     except ApiError as exc:
         return [not_read("permissions", "your permissions", exc, plan.project)]
     found.granted = granted

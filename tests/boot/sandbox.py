@@ -41,12 +41,12 @@ from tests.boot.stubs import HF_PROGRAM, kill_session
 
 STUBS = (
     "nvidia-smi", "apt-get", "dpkg", "modprobe", "systemctl", "nvidia-ctk", "reboot", "gcloud", "docker",
-    "mount", "mountpoint",
+    "mount", "mountpoint", "uname",
 )  # fmt: skip
 # Installed on a stock Deep Learning VM image before any boot; docker is not.
 PREINSTALLED = (
     "nvidia-smi", "apt-get", "dpkg", "modprobe", "systemctl", "nvidia-ctk", "reboot", "gcloud", "mount",
-    "mountpoint",
+    "mountpoint", "uname",
 )  # fmt: skip
 # A g2-standard-8: 8 vCPUs, 32 GB. https://cloud.google.com/compute/docs/gpus#l4-gpus
 MEMINFO = "MemTotal:       32873084 kB\nMemFree:        31000000 kB\nMemAvailable:   31500000 kB\n"

@@ -270,6 +270,12 @@ def apt_get(argv: list[str]) -> int:
             install_link("docker")
         elif package == "nvidia-container-toolkit":
             install_link("nvidia-ctk")
+        elif package.startswith(f"linux-modules-nvidia-{branch}-server-open-"):
+            # Canonical's signed module, built for the one kernel its name ends with.
+            with state() as host:
+                built_for = package.removeprefix(f"linux-modules-nvidia-{branch}-server-open-")
+                if built_for not in host["gpu"]["module_kernels"]:
+                    host["gpu"]["module_kernels"].append(built_for)
         elif package == f"nvidia-dkms-{branch}-server-open":
             time.sleep(delays().get("dkms", 0))
             with state() as host:
@@ -675,7 +681,17 @@ def power_on() -> None:
                     start_container(container)
 
 
+def uname(argv: list[str]) -> int:
+    # The running kernel (the simulated host's), which names a kernel's module packages.
+    if argv != ["-r"]:
+        return err(f"uname: unexpected arguments {argv}", 1)
+    with state() as host:
+        print(host["kernel"])
+    return 0
+
+
 HANDLERS = {
+    "uname": uname,
     "nvidia-smi": nvidia_smi,
     "apt-get": apt_get,
     "dpkg": dpkg,

@@ -23,11 +23,13 @@ import pytest
 import yaml
 
 from qwen36.__main__ import main
+from qwen36.errors import Exit
 from tests.gcp_fake.credentials import service_account_file, user_credentials
 from tests.gcp_fake.project import FakeProject
 from tests.gcp_fake.server import fake_gcp
 
 ROOT = Path(__file__).resolve().parents[2]
+STUB = ROOT / "tests" / "deploy" / "pulumi_stub.py"
 PROJECT = "acme-llm"
 FAMILY = "qwen36-mtp-l4-tooling-b11434"
 IMAGE = f"{FAMILY}-0a1b2c3d-73012345"
@@ -49,8 +51,10 @@ ROLES = (
     "--filter='bindings.members:user:alice@example.com' --format='value(bindings.role)'"
 )
 
+PULUMI_OK = "ok    pulumi: v3.210.0 (the deploy needs v3.174.0 or later)"
 ALL_CLEAR = [
     "check: stack dev (Pulumi.dev.yaml)",
+    PULUMI_OK,
     "ok    credentials: user account alice@example.com (from `gcloud auth application-default login`); "
     "quota project acme-llm",
     "ok    project: acme-llm (gcp:project in Pulumi.dev.yaml): region us-central1, zones us-central1-a, "
@@ -75,9 +79,12 @@ ALL_CLEAR = [
     "ok    org policy run.managed.requireInvokerIam: not enforced (the door turns Cloud Run's invoker "
     "check off and checks the key)",
     "ok    org policy run.allowedIngress: not set",
-    "ok    permissions: all 90 the deploy needs are granted (infra/required_permissions.py)",
+    "ok    org policy run.allowedVPCEgress: not set",
+    "ok    permissions: all 95 the deploy needs are granted (infra/required_permissions.py)",
     "result: 0 blockers, 0 warnings: all clear",
 ]
+
+PROJECT_AT = next(i for i, line in enumerate(ALL_CLEAR) if line.startswith("ok    project:"))
 
 
 def with_lines(replace: dict[str, str | list[str]], result: str) -> list[str]:
@@ -96,6 +103,15 @@ def blocked(n: int, warnings: int = 0) -> str:
     return (
         f"result: {n} blocker{'s' * (n != 1)}, {warnings} warning{'s' * (warnings != 1)}: "
         "the deploy would stop; fix the BLOCK lines first"
+    )
+
+
+def unchecked(subjects: list[str], blockers: int = 0, warnings: int = 0) -> str:
+    n = len(subjects)
+    return (
+        f"result: could not check: {n} fact{'s' * (n != 1)} unread ({', '.join(dict.fromkeys(subjects))}); "
+        f"{blockers} blocker{'s' * (blockers != 1)}, {warnings} warning{'s' * (warnings != 1)} in the rest; "
+        "fix the UNREAD lines and rerun (scripts/deploy.sh --skip-check deploys without the check)"
     )
 
 
@@ -126,14 +142,27 @@ def write_stack(directory: Path, overrides: dict[str, Any], *, gcp_project: str 
 Runner = Callable[..., tuple[list[str], int]]
 
 
+def pulumi_on_path(directory: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """tests/deploy/pulumi_stub.py as `pulumi` on PATH (its `pulumi version` prints v3.210.0)."""
+    bin_dir = directory / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    stub = bin_dir / "pulumi"
+    stub.write_text(f'#!/bin/sh\nexec {sys.executable} {STUB} "$@"\n')
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    return bin_dir
+
+
 @pytest.fixture
 def check(
     project: FakeProject,
     project_dir: Path,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> Iterator[Runner]:
     """Runs the check against the fake with the user's ADC; returns (stdout lines, exit code)."""
+    pulumi_on_path(tmp_path, monkeypatch)
     monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
     monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
     with fake_gcp(project) as root:
@@ -224,7 +253,7 @@ def test_on_demand_servers_need_the_on_demand_quota(
         },
         blocked(1),
     )
-    expected[2] = expected[2].replace("(SPOT)", "(STANDARD)")
+    expected[PROJECT_AT] = expected[PROJECT_AT].replace("(SPOT)", "(STANDARD)")
     assert lines == expected
     assert code == 1
 
@@ -270,19 +299,16 @@ def test_org_policies_that_block_and_one_that_does_not(check: Runner, project: F
     ip = "compute.vmExternalIpAccess"
     assert lines == with_lines(
         {
-            f"org policy {ip}": f"BLOCK org policy {ip}: denies every VM an external IP: the members (and "
-            "the "
-            "image builder) have ephemeral external IPs for their egress to apt, ghcr.io and Hugging Face, "
-            "and "
-            f"the program has no Cloud NAT path; fix: {EXCEPTION.format(c=ip)}",
+            f"org policy {ip}": f"ok    org policy {ip}: restricted; does not block: the stack needs no "
+            "external IP (Cloud NAT carries the VMs' egress)",
             "org policy compute.requireOsLogin": "ok    org policy compute.requireOsLogin: enforced; does "
             "not "
             "block: the members and the image builder set enable-oslogin=TRUE",
             "org policy gcp.resourceLocations": "BLOCK org policy gcp.resourceLocations: refuses "
             "us-central1, "
-            "us-central1-a, us-central1-b, us-central1-c: the VMs, subnet, template, group and bucket live "
-            "in "
-            "us-central1 and its zones; the API key's secret (automatic replication) counts as global; fix: "
+            "us-central1-a, us-central1-b, us-central1-c: the VMs, subnet, template, group and bucket "
+            "live in us-central1 and its zones; scripts/deploy.sh's KMS key ring for the stack's secrets is "
+            "in global, and so is the API key's secret (automatic replication); fix: "
             "deploy to a region the policy allows (qwen36-mtp-l4:region and :zones in Pulumi.dev.yaml), or "
             + EXCEPTION.format(c="gcp.resourceLocations"),
             "org policy compute.trustedImageProjects": "BLOCK org policy compute.trustedImageProjects: "
@@ -291,7 +317,28 @@ def test_org_policies_that_block_and_one_that_does_not(check: Runner, project: F
             "deeplearning-platform-release/common-cu129-ubuntu-2204-nvidia-580 and this project's tooling "
             "image; fix: " + EXCEPTION.format(c="compute.trustedImageProjects"),
         },
-        blocked(3),
+        blocked(2),
+    )
+    assert code == 1
+
+
+def test_external_ips_denied_pass_without_the_opt_in_and_block_with_it(
+    check: Runner, project: FakeProject, project_dir: Path
+) -> None:
+    ip = "compute.vmExternalIpAccess"
+    project.policies[ip] = {"rules": [{"denyAll": True}]}
+    lines, code = check()
+    assert f"ok    org policy {ip}: restricted; does not block: the stack needs no external IP " in "\n".join(
+        lines
+    )
+    assert code == 0
+    write_stack(project_dir, {"externalIp": True})
+    lines, code = check()
+    line = next(x for x in lines if f"org policy {ip}:" in x)
+    assert line == (
+        f"BLOCK org policy {ip}: denies every VM an external IP: externalIp: true gives the members (and "
+        "the image builder) ephemeral external IPs for their egress to apt, ghcr.io and Hugging Face; fix: "
+        "set externalIp: false (the stack then uses Cloud NAT), or " + EXCEPTION.format(c=ip)
     )
     assert code == 1
 
@@ -299,7 +346,8 @@ def test_org_policies_that_block_and_one_that_does_not(check: Runner, project: F
 def test_a_value_group_the_check_cannot_expand_is_a_warning_not_a_guess(
     check: Runner, project: FakeProject
 ) -> None:
-    # "global" (the secret) is in no group the check can expand; us-central1 is in in:us-locations.
+    # "global" (the KMS key ring, the secret) is in no group the check can expand; us-central1 is in
+    # in:us-locations.
     project.policies["gcp.resourceLocations"] = {
         "rules": [{"values": {"allowedValues": ["in:us-locations"]}}]
     }
@@ -309,9 +357,8 @@ def test_a_value_group_the_check_cannot_expand_is_a_warning_not_a_guess(
             "org policy gcp.resourceLocations": "warn  org policy gcp.resourceLocations: may refuse global "
             "(a "
             "value group or subtree the check cannot expand): the VMs, subnet, template, group and bucket "
-            "live "
-            "in us-central1 and its zones; the API key's secret (automatic replication) counts as global; "
-            "fix: "
+            "live in us-central1 and its zones; scripts/deploy.sh's KMS key ring for the stack's secrets is "
+            "in global, and so is the API key's secret (automatic replication); fix: "
             f"read it: {SEE.format(c='gcp.resourceLocations')}"
         },
         warned(1),
@@ -319,20 +366,41 @@ def test_a_value_group_the_check_cannot_expand_is_a_warning_not_a_guess(
     assert code == 0
 
 
-def test_shielded_vm_policy_blocks_because_secure_boot_is_off(check: Runner, project: FakeProject) -> None:
+@pytest.mark.parametrize(
+    ("label", "warns"), [({"secure-boot": "on"}, False), ({"secure-boot": "no-gpu"}, True), ({}, True)]
+)
+def test_shielded_vm_policy_warns_only_when_the_last_verdict_was_off(
+    check: Runner, project: FakeProject, label: dict[str, str], warns: bool
+) -> None:
     project.policies["compute.requireShieldedVm"] = {"rules": [{"enforce": True}]}
+    project.image_labels[IMAGE] = label
     lines, code = check()
-    assert lines == with_lines(
-        {
-            "org policy compute.requireShieldedVm": "BLOCK org policy compute.requireShieldedVm: enforced: "
-            "every "
-            "new VM must have secure boot on, and the servers and the image builder run with it off "
-            "(infra/shielded.py: the Deep Learning VM's DKMS-built NVIDIA module would not load); fix: "
-            + EXCEPTION.format(c="compute.requireShieldedVm")
-        },
-        blocked(1),
+    line = next(x for x in lines if "org policy compute.requireShieldedVm:" in x)
+    if not warns:
+        assert line == (
+            "ok    org policy compute.requireShieldedVm: enforced; the image builder and the servers run "
+            "with Secure Boot on (the bake's last verdict was on)"
+        )
+        return
+    reason = "no-gpu" if label else "unverified"
+    assert (
+        line.startswith(
+            "warn  org policy compute.requireShieldedVm: enforced, and the servers would run with Secure "
+            "Boot "
+            "off (Secure Boot off: "
+        )
+        and f"({reason})" in line
     )
-    assert code == 1
+    assert "fix: bake again" in line and EXCEPTION.format(c="compute.requireShieldedVm") in line
+    assert code == 0
+
+
+def test_shielded_vm_policy_passes_a_deploy_that_bakes(check: Runner, project: FakeProject) -> None:
+    project.policies["compute.requireShieldedVm"] = {"rules": [{"enforce": True}]}
+    project.families.clear()
+    lines, _ = check()
+    line = next(x for x in lines if "org policy compute.requireShieldedVm:" in x)
+    assert line.startswith("ok    org policy compute.requireShieldedVm: enforced;") and "proves" in line
 
 
 def test_a_missing_permission_names_it_its_reason_and_the_role(check: Runner, project: FakeProject) -> None:
@@ -395,7 +463,7 @@ def test_a_zone_without_l4(check: Runner, project_dir: Path) -> None:
         },
         blocked(1),
     )
-    expected[2] = expected[2].replace(
+    expected[PROJECT_AT] = expected[PROJECT_AT].replace(
         "us-central1-b, us-central1-c, 1 server", "us-central1-b, us-central1-f, 1 server"
     )
     assert lines == expected
@@ -427,21 +495,25 @@ def test_compute_not_enabled_yet_says_to_enable_it_to_read_the_quotas(
         for line in with_lines(
             {
                 "apis": "ok    apis: compute is disabled; the deploy enables it (infra/apis.py)",
-                "quota GPUS_ALL_REGIONS": "warn  quotas: the GPU quotas not read: compute.googleapis.com is "
+                "quota GPUS_ALL_REGIONS": "UNREAD quotas: the GPU quotas, the zones and the tooling image "
+                "not read: compute.googleapis.com is "
                 "disabled in project acme-llm: the deploy enables it, but a new project's GPU quotas are "
                 "often "
                 "0 until asked for; enable it now to read them; fix: gcloud services enable "
                 "compute.googleapis.com --project=acme-llm, then rerun the check",
+                # The tooling image's family unread: the bake's permissions are asked for too.
+                "permissions": "ok    permissions: all 106 the deploy needs are granted "
+                "(infra/required_permissions.py)",
             },
-            warned(1),
+            unchecked(["quotas"]),
         )
         if not line.startswith(("ok    quota PREEMPTIBLE", "ok    zones", "ok    tooling image"))
     ]
     assert lines == expected
-    assert code == 0
+    assert code == Exit.UNCHECKED
 
 
-def test_the_org_policy_api_disabled_in_the_quota_project_is_one_warning(
+def test_the_org_policy_api_disabled_in_the_quota_project_is_one_unread_line(
     check: Runner, project: FakeProject
 ) -> None:
     project.enabled.discard("orgpolicy.googleapis.com")
@@ -449,14 +521,14 @@ def test_the_org_policy_api_disabled_in_the_quota_project_is_one_warning(
     policies = [line for line in ALL_CLEAR if line.startswith("ok    org policy ")]
     expected = [line for line in ALL_CLEAR[:-1] if line not in policies[1:]]
     expected[expected.index(policies[0])] = (
-        "warn  org policies: the organization policies not read: orgpolicy.googleapis.com is disabled in "
+        "UNREAD org policies: the organization policies not read: orgpolicy.googleapis.com is disabled in "
         "project "
         "123456789012; fix: gcloud services enable orgpolicy.googleapis.com --project=123456789012, then "
         "rerun "
         "the check"
     )
-    assert lines == [*expected, warned(1)]
-    assert code == 0
+    assert lines == [*expected, unchecked(["org policies"])]
+    assert code == Exit.UNCHECKED
 
 
 def test_a_first_deploy_that_bakes_tests_the_bakes_permissions_too(
@@ -489,6 +561,7 @@ def test_no_credentials(check: Runner) -> None:
     lines, code = check(adc=none)
     assert lines == [
         "check: stack dev (Pulumi.dev.yaml)",
+        PULUMI_OK,
         "BLOCK credentials: no application-default credentials (Your default credentials were not found. To "
         "set up Application Default Credentials, see https://cloud.google.com/docs/authentication/external/"
         "set-up-adc for more information.); fix: gcloud auth application-default login",
@@ -501,7 +574,7 @@ def test_no_project_anywhere(check: Runner, project_dir: Path) -> None:
     write_stack(project_dir, {}, gcp_project=None)
     lines, code = check()
     assert lines == [
-        *ALL_CLEAR[:2],
+        *ALL_CLEAR[:PROJECT_AT],
         "BLOCK project: none: Pulumi.dev.yaml has no gcp:project and gcloud has no project configured; fix: "
         "gcloud config set project <id>, or pulumi config set gcp:project <id> -s dev",
         blocked(1),
@@ -516,13 +589,17 @@ def test_an_invalid_stack_config_is_a_blocker_and_no_stack_file_cannot_run(
     lines, code = check()
     assert lines == [
         "check: stack dev (Pulumi.dev.yaml)",
+        PULUMI_OK,
         "BLOCK config: qwen36-mtp-l4:zones: ['europe-west4-a']: zone 'europe-west4-a' is not in region "
         "'us-central1'; fix: edit Pulumi.dev.yaml",
         blocked(1),
     ]
     assert code == 1
-    assert main(["check", "--stack", "prod", "--project-dir", str(project_dir)]) == 2
-    assert capsys.readouterr().err == f"check: no Pulumi.prod.yaml in {project_dir}; stacks: dev\n"
+    assert main(["check", "--stack", "prod", "--project-dir", str(project_dir)]) == Exit.NOT_FOUND
+    assert capsys.readouterr().err == (
+        f"check: error: no Pulumi.prod.yaml in {project_dir}; stacks: dev (--stack names one, "
+        "--project-dir the folder of Pulumi.yaml)\n"
+    )
 
 
 def test_a_service_account_key_found_through_the_environment(
@@ -531,6 +608,7 @@ def test_a_service_account_key_found_through_the_environment(
     """google-auth's own discovery: the key file's token endpoint for the REST calls, and a self-signed
     JWT for google-cloud-compute's (which the fake checks against the key); the real CLI, as a process."""
     email = f"deployer@{PROJECT}.iam.gserviceaccount.com"
+    bin_dir = pulumi_on_path(tmp_path, monkeypatch)
     with fake_gcp(project) as root:
         key = tmp_path / "key.json"
         project.jwt_public_key = service_account_file(key, root, project=PROJECT, email=email)
@@ -539,6 +617,7 @@ def test_a_service_account_key_found_through_the_environment(
             "GOOGLE_APPLICATION_CREDENTIALS": str(key),
             "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"),
             "NO_PROXY": "127.0.0.1",
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
         }
         done = subprocess.run(
             [sys.executable, "-m", "qwen36", "check", "--project-dir", str(project_dir), "--api-root", root],
@@ -551,7 +630,7 @@ def test_a_service_account_key_found_through_the_environment(
         )
     lines = done.stdout.splitlines()
     expected = list(ALL_CLEAR)
-    expected[1] = f"ok    credentials: service account {email}"
+    expected[PROJECT_AT - 1] = f"ok    credentials: service account {email}"
     assert lines == expected, done.stderr
     assert done.returncode == 0
     compute = [r for r in project.requests if r.path.startswith("/compute/")]
@@ -584,3 +663,34 @@ def test_the_front_door_brings_its_constraints_and_permissions(check: Runner, pr
         blocked(3),
     )
     assert code == 1
+
+
+@pytest.mark.parametrize(
+    ("allowed", "line"),
+    [
+        (["all-traffic"], "BLOCK org policy run.allowedVPCEgress: refuses private-ranges-only: the front "
+         "door's Direct VPC egress sends only private ranges through the VPC (PRIVATE_RANGES_ONLY: its calls "
+         "to Google APIs go out directly); fix: " + EXCEPTION.format(c="run.allowedVPCEgress")),
+        (["private-ranges-only"], "ok    org policy run.allowedVPCEgress: allows what the stack creates"),
+        (["is:PRIVATE_RANGES_ONLY", "all-traffic"],
+         "ok    org policy run.allowedVPCEgress: allows what the stack creates"),
+    ],
+)  # fmt: skip
+def test_the_doors_vpc_egress_against_run_allowed_vpc_egress(
+    check: Runner, project: FakeProject, allowed: list[str], line: str
+) -> None:
+    project.policies["run.allowedVPCEgress"] = {"rules": [{"values": {"allowedValues": allowed}}]}
+    lines, code = check()
+    blocks = line.startswith("BLOCK")
+    assert lines == with_lines(
+        {"org policy run.allowedVPCEgress": line}, blocked(1) if blocks else ALL_CLEAR[-1]
+    )
+    assert code == (1 if blocks else 0)
+    # What the check compares with is what the door sets (one setting, read where it is made).
+    assert 'egress="PRIVATE_RANGES_ONLY"' in (ROOT / "infra" / "door.py").read_text()
+
+
+def test_without_the_door_vpc_egress_is_not_asked(check: Runner, project_dir: Path) -> None:
+    write_stack(project_dir, {"door": False})
+    lines, _ = check()
+    assert not [line for line in lines if "run.allowedVPCEgress" in line]

@@ -13,6 +13,7 @@ from qwen36.check.org_policies import (
     judge,
     parse_effective,
 )
+from qwen36.check.plan import Plan
 
 
 def rules(*items: dict[str, object]) -> Effective:
@@ -70,3 +71,54 @@ def test_an_image_project_subtree_counts_only_when_it_is_that_project() -> None:
     )
     assert _project_match("under:folders/9", "projects/deeplearning-platform-release") is None
     assert _project_match("projects/acme", "projects/deeplearning-platform-release") is False
+
+
+# --- the two rules issue 30 changed: external IPs and shielded VMs ---------------------------------
+
+
+def _plan(verdict: str | None = None, **config: object) -> Plan:
+    from infra.config import PROJECT, parse_config
+
+    cfg = parse_config({f"{PROJECT}:{k}": v for k, v in config.items()})
+    return Plan(stack="dev", project="acme", cfg=cfg, bakes=verdict is None, secure_boot_verdict=verdict)
+
+
+DENY_ALL = rules({"denyAll": True})
+ONLY_NAMED = rules({"values": {"allowedValues": ["projects/acme/zones/us-central1-a/instances/x"]}})
+
+
+@pytest.mark.parametrize("policy", [DENY_ALL, ONLY_NAMED])
+def test_external_ips_refused_do_not_block_a_stack_that_needs_none(policy: Effective) -> None:
+    from qwen36.check.org_policies import _external_ip
+
+    fact = _external_ip(_plan(), policy)
+    assert fact.level.value == "ok" and "needs no external IP" in fact.text
+
+
+@pytest.mark.parametrize("policy", [DENY_ALL, ONLY_NAMED])
+def test_external_ips_refused_block_the_opt_in(policy: Effective) -> None:
+    from qwen36.check.org_policies import _external_ip
+
+    fact = _external_ip(_plan(externalIp=True), policy)
+    assert fact.level.value == "BLOCK" and "externalIp: true" in fact.text and "externalIp: false" in fact.fix
+
+
+@pytest.mark.parametrize(
+    ("verdict", "config", "level"),
+    [
+        ("on", {}, "ok"),
+        (None, {}, "ok"),  # no image read: this deploy bakes, and its GPU test proves Secure Boot first
+        ("unsigned", {}, "warn"),
+        ("", {}, "warn"),  # an image baked before the GPU test
+        ("on", {"useToolingImage": False}, "warn"),  # the stock image: its DKMS module
+    ],
+)
+def test_shielded_vms_warn_only_when_the_last_verdict_was_off(
+    verdict: str | None, config: dict[str, object], level: str
+) -> None:
+    from qwen36.check.org_policies import _require_shielded_vm
+
+    enforced = rules({"enforce": True})
+    fact = _require_shielded_vm(_plan(verdict, **config), enforced)
+    assert fact.level.value == level, fact
+    assert _require_shielded_vm(_plan(verdict, **config), rules({"enforce": False})).level.value == "ok"

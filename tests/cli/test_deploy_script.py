@@ -20,7 +20,10 @@ from qwen36.errors import Exit
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 30
 LINE_TAIL = " [deploy] error: "
-BASICS = ("bash", "sh", "date", "dirname", "mkdir", "chmod", "head", "base64", "cat", "sleep", "printf")
+BASICS = (
+    "bash", "sh", "date", "dirname", "mkdir", "chmod", "head", "tail", "grep", "base64", "cat", "sleep",
+    "printf",
+)  # fmt: skip
 
 
 @pytest.fixture
@@ -44,7 +47,9 @@ def _tools(repo: Path, *, pulumi: str | None = "", gcloud: str | None = "") -> d
         (bin_dir / name).unlink(missing_ok=True)
         if body is not None:
             script = bin_dir / name
-            script.write_text(f'#!/bin/sh\necho "{name} $*" >> "{repo}/calls"\n{body}\n')
+            # `pulumi version` answers as tests/deploy/pulumi_stub.py does (a version the deploy accepts).
+            version = 'if [ "$1" = version ]; then echo v3.210.0; exit 0; fi\n' if name == "pulumi" else ""
+            script.write_text(f'#!/bin/sh\n{version}echo "{name} $*" >> "{repo}/calls"\n{body}\n')
             script.chmod(0o755)
     # The policy pack's venv there already; the command install and the preflight have their own tests.
     pack = repo / "policy" / ".venv" / "bin" / "python"
@@ -81,7 +86,7 @@ def _line(err: str) -> str:
 def test_help(repo: Path) -> None:
     code, out, err = _deploy(repo, _tools(repo), "--help")
     assert (code, err) == (0, "")
-    assert out.startswith("usage: scripts/deploy.sh [stack] [pulumi up args...]")
+    assert out.startswith("usage: scripts/deploy.sh [--skip-check] [stack] [pulumi up args...]")
 
 
 def test_a_flag_where_the_stack_goes(repo: Path) -> None:

@@ -183,3 +183,144 @@ def test_status_of_a_group_that_does_not_exist(capsys: pytest.CaptureFixture[str
 def test_retry_waits_are_what_the_policy_says() -> None:
     assert retry.Policy(attempts=4, initial_s=1.0, max_s=8.0, budget_s=60.0) == retry.POLICY
     assert status.OPERATION_WAIT_S <= 150.0
+
+
+# --- answers that are not the Compute API's (issue 29, item 2) --------------------------------------
+# A 200 whose body no client can parse: what a captive portal, a proxy or a broken middlebox sends.
+# No Google document describes such answers; they stand for whatever is not the API. Each command
+# that reads the group ends in one line naming the call and what came back, exit 7 (no traceback,
+# no "internal error").
+BAD_BODIES = {
+    "html": (b"<html><head><title>Sign in to the Wi-Fi</title></head><body>...</body></html>", "text/html"),
+    "empty": (b"", "application/json"),
+    "binary": (b"\x00\xff\xfe\x00", "application/octet-stream"),
+    "list": (b"[1,2,3]", "application/json"),
+    "null": (b"null", "application/json"),
+}
+SEEN = {
+    "html": "an HTML page ('<html><head><title>Sign in to the Wi-Fi</title></head><body…')",
+    "empty": "an empty body",
+    "binary": "4 bytes that are not UTF-8 text (b'\\x00\\xff\\xfe\\x00')",
+    "list": "JSON of another shape ([1, 2, 3]) (Failed to parse 1 field: expected string or bytes-like "
+    "object, "
+    "got 'int'.)",
+    "null": "JSON of another shape (null) (Failed to parse JSON: TypeError: 'NoneType' object is not "
+    "iterable.)",
+}
+# A wrong-shaped object for each call: a field of the wrong type.
+WRONG_SHAPE = {
+    "get": (b'{"name": "qwen36-dev", "targetSize": "many"}', "JSON of another shape"),
+    "listManagedInstances": (b'{"managedInstances": 5}', "JSON of another shape"),
+    "getSerialPortOutput": (b'{"contents": {"a": 1}}', "JSON of another shape"),
+}
+CALLS = {
+    "status": ("GET", GROUP, "regionInstanceGroupManagers.get"),
+    "wake": ("GET", GROUP, "regionInstanceGroupManagers.get"),
+    "tunnel": ("POST", "/listManagedInstances", "regionInstanceGroupManagers.listManagedInstances"),
+    "logs": ("GET", "/serialPort", "instances.getSerialPortOutput"),
+}
+ARGV = {"status": ["status"], "wake": ["wake"], "tunnel": ["tunnel", "--print"], "logs": ["logs", "--serial"]}
+
+
+def _bad_answer_line(command: str, call: str, seen: str) -> str:
+    return (
+        f"{command}: error: the Compute API's {call} answered {seen} (HTTP 200), not its documented JSON; "
+        "a proxy, captive portal or wrong endpoint may stand in the way: check the network and rerun"
+    )
+
+
+@pytest.mark.parametrize("body", list(BAD_BODIES))
+@pytest.mark.parametrize("command", list(CALLS))
+def test_an_answer_that_is_not_the_apis_is_one_line_and_7(
+    capsys: pytest.CaptureFixture[str], pauses: list[float], command: str, body: str
+) -> None:
+    method, suffix, call = CALLS[command]
+    group = _running() if command != "wake" else idle_group(target_size=0)
+    data, content_type = BAD_BODIES[body]
+    group.faults.append(Fault(method, suffix, 200, times=100, body=data, content_type=content_type))
+    code, _, err = _run(capsys, group, *ARGV[command])
+    assert code == Exit.UNREACHABLE
+    assert err.splitlines()[-1] == _bad_answer_line(command, call, SEEN[body])
+    assert len([line for line in err.splitlines() if "error:" in line]) == 1
+    # Not retried: a proxy's page stays one.
+    assert _calls(group, method, suffix) == 1 and pauses == []
+
+
+@pytest.mark.parametrize("command", list(CALLS))
+def test_a_wrong_shaped_object_is_one_line_and_7(
+    capsys: pytest.CaptureFixture[str], pauses: list[float], command: str
+) -> None:
+    method, suffix, call = CALLS[command]
+    group = _running() if command != "wake" else idle_group(target_size=0)
+    data, seen = WRONG_SHAPE[call.rsplit(".", 1)[1]]
+    group.faults.append(Fault(method, suffix, 200, times=100, body=data))
+    code, _, err = _run(capsys, group, *ARGV[command])
+    assert code == Exit.UNREACHABLE
+    line = err.splitlines()[-1]
+    assert line.startswith(f"{command}: error: the Compute API's {call} answered {seen} (")
+    assert line.endswith("check the network and rerun")
+
+
+def test_a_group_answer_without_the_groups_name_is_not_a_group_of_size_0(
+    capsys: pytest.CaptureFixture[str], pauses: list[float]
+) -> None:
+    """google-cloud-compute reads {} or an object of unknown fields as an empty group (size 0): status
+    would say "stopped". Every InstanceGroupManager carries its name, so a nameless one is not the API's."""
+    group = _running()
+    group.faults.append(Fault("GET", GROUP, 200, times=100, body=b'{"kind": "portal#page"}'))
+    code, _, err = _run(capsys, group, "status")
+    assert code == Exit.UNREACHABLE
+    assert err == (
+        "status: error: the Compute API's regionInstanceGroupManagers.get answered JSON of another shape "
+        '({"kind": "portal#page"}) without the group\'s name, not its documented answer; a proxy or wrong '
+        "endpoint may stand in the way: check the network and rerun\n"
+    )
+
+
+@pytest.mark.parametrize("body", ["html", "null"])
+def test_the_gate_names_the_bad_answer_and_ends_in_7(
+    capsys: pytest.CaptureFixture[str], pauses: list[float], body: str
+) -> None:
+    """`wait` (the health gate of `pulumi up`) treats an unreadable group as "not ready" while it waits,
+    with the boundary's line in its progress, and ends at its bound with exit 7 when the group was never
+    read: the cause is the answer, not the server."""
+    group = _running()
+    data, content_type = BAD_BODIES[body]
+    group.faults.append(
+        Fault("POST", "/listManagedInstances", 200, times=10_000, body=data, content_type=content_type)
+    )
+    argv = ["wait", "--mode", "guest-attributes", "--timeout-minutes", "0.01", "--poll-seconds", "0.05"]
+    code, out, err = _run(capsys, group, *argv)
+    assert code == Exit.UNREACHABLE
+    (line,) = err.splitlines()
+    seen = SEEN[body]
+    assert line == (
+        "wait: error: llama-server is not ready: not ready after 0m00s (the timeout); the group was never "
+        "read: the Compute API's regionInstanceGroupManagers.listManagedInstances answered "
+        f"{seen} (HTTP 200), not its documented JSON; a proxy, captive portal or wrong endpoint may stand "
+        "in the way: check the network and rerun"
+    )
+    assert f"answered {seen}" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status", "--project", "acme-llm-test", "--region", "us-central1", "--group", "../../zones/x"],
+        ["status", "--project", "other/../acme-llm", "--region", "us-central1", "--group", "qwen36-dev"],
+        ["tunnel", "--print", "--project", "acme-llm-test", "--region", "us-central1/..", "--group", "g"],
+        ["wait", "--mode", "guest-attributes", "--timeout-minutes", "1", "--project", "acme-llm-test",
+         "--region", "us-central1", "--group", "a/b"],
+        ["check", "--project", "other/../acme-llm"],
+        ["check", "--stack", "../x"],
+    ],
+)  # fmt: skip
+def test_a_name_that_would_change_the_requests_path_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    code = main([*argv, "--anonymous"] if argv[0] != "check" else argv)
+    err = capsys.readouterr().err
+    assert code == Exit.USAGE, err
+    (line,) = err.splitlines()
+    assert line.startswith(f"{argv[0]}: error: ")
+    assert "is not a" in line

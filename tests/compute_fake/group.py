@@ -90,6 +90,11 @@ class Fault:
     times: int = 1
     retry_after: str | None = None
     """A ``Retry-After`` header on the error answer (429/503), in seconds."""
+    body: bytes | None = None
+    """Answer ``status`` with exactly these bytes instead of Google's error body: what a proxy, a
+    captive portal or a broken middlebox sends (an HTML page, junk, JSON of another shape). No Google
+    document describes such answers; they stand for whatever is not the API."""
+    content_type: str = "application/json"
 
 
 @dataclass

@@ -47,6 +47,12 @@ def _handler(group: FakeGroup, stopping: threading.Event) -> type[BaseHTTPReques
                 self.close_connection = True
             elif fault.status == DROP:
                 self.close_connection = True
+            elif fault.body is not None:
+                self.send_response(int(fault.status))
+                self.send_header("Content-Type", fault.content_type)
+                self.send_header("Content-Length", str(len(fault.body)))
+                self.end_headers()
+                self.wfile.write(fault.body)
             else:
                 # Google's error body for the status (https://cloud.google.com/apis/design/errors)
                 status = int(fault.status)

@@ -98,7 +98,15 @@ def open_secrets(config: dict) -> str:
     raise StubError(f"unknown secrets provider {provider}")
 
 
+# What `pulumi version` prints: the version alone on one line, e.g. "v3.210.0"
+# (https://www.pulumi.com/docs/iac/cli/commands/pulumi_version/). A test sets another.
+DEFAULT_VERSION = "v3.210.0"
+
+
 def main(argv: list[str]) -> int:
+    if argv == ["version"]:
+        print(os.environ.get("PULUMI_STUB_VERSION", DEFAULT_VERSION))
+        return 0
     root = project_root(Path.cwd())
     project = yaml.safe_load((root / "Pulumi.yaml").read_text())["name"]
     record: dict = {"argv": argv, "cwd": str(Path.cwd())}

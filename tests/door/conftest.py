@@ -27,7 +27,7 @@ from infra.config import StackConfig
 from infra.server_args import server_args
 from tests.compute_fake.group import FakeGroup, FakeMember, GroupState
 from tests.compute_fake.server import fake_compute_api
-from tests.door.google_fakes import FakeGoogle, Signer, fake_google
+from tests.door.google_fakes import VM_ACCOUNT_ID, FakeGoogle, Signer, fake_google
 from tests.door.relay import Relay
 from tests.harness.server import LlamaServer, free_port
 from tests.idle.vm_fakes import FakeMetadata, fake_metadata
@@ -189,7 +189,8 @@ def make_world(
     tiny_mtp_model_agreeing: Path, door_key_file: Path, llama_server_bin: Path, signer: Signer
 ) -> Iterator[WorldFactory]:
     """``make_world(size=0, boot_s=1.0, **door_env)``: the group at ``size`` (at 1 the member is up
-    before the door starts), the door started with the settings the test names."""
+    before the door starts), the door started with the settings the test names; ``server_flags`` are
+    added to llama-server's product arguments, ``model`` replaces the tiny agreeing model."""
     stack: list[Callable[[], None]] = []
 
     def make(
@@ -198,16 +199,18 @@ def make_world(
         command: list[str] | None = None,
         cwd: Path | None = None,
         binary: Path | None = None,
+        server_flags: tuple[str, ...] = (),
+        model: Path | None = None,
         **door_env: str,
     ) -> World:
         llama_port = free_port()
         args = server_args(
             StackConfig(),
-            model_path=str(tiny_mtp_model_agreeing),
+            model_path=str(model or tiny_mtp_model_agreeing),
             api_key_file=str(door_key_file),
             host="127.0.0.1",
             port=llama_port,
-        )
+        ) + list(server_flags)
         member = Member(args, binary or llama_server_bin, llama_port, boot_s)
         stack.append(member.close)
         relay = Relay(llama_port)
@@ -246,8 +249,10 @@ def make_world(
             "QWEN36_DOOR_METADATA_URL": metadata_url,
             "QWEN36_DOOR_MONITORING_URL": f"{google_url}/v3",
             "QWEN36_DOOR_CERTS_URL": f"{google_url}/oauth2/v3/certs",
+            "QWEN36_DOOR_SECRET_MANAGER_URL": f"{google_url}/v1",
             "QWEN36_DOOR_STOP_AUDIENCES": "https://qwen36-door-123456789012.us-central1.run.app",
             "QWEN36_DOOR_STOP_SERVICE_ACCOUNT": VM_ACCOUNT,
+            "QWEN36_DOOR_STOP_SERVICE_ACCOUNT_ID": VM_ACCOUNT_ID,
             "QWEN36_DOOR_HEALTH_POLL_S": "0.1",
             "QWEN36_DOOR_HEARTBEAT_S": "0.3",
             "QWEN36_DOOR_STREAM_GRACE_S": "0.2",

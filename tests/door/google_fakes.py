@@ -10,12 +10,21 @@ server does.
 * Tokens carry the claims of a metadata-server identity token for a service account
   (https://cloud.google.com/compute/docs/instances/verifying-instance-identity#token_format):
   iss, aud, azp, sub, email, email_verified, iat, exp, signed RS256 with a kid in the header.
+* ``GET /v1/projects/{project}/secrets/{id}/versions/latest:access`` (Secret Manager's access method,
+  https://cloud.google.com/secret-manager/docs/reference/rest/v1/projects.secrets.versions/access)
+  answers ``{"name": ".../versions/N", "payload": {"data": "<base64>"}}`` (the SecretPayload's
+  ``dataCrc32c`` is optional: https://cloud.google.com/secret-manager/docs/reference/rest/v1/SecretPayload,
+  and left out); a secret with no version ``404 NOT_FOUND``, one whose latest version is destroyed
+  ``400 FAILED_PRECONDITION``, a secret the caller may not read ``403 PERMISSION_DENIED``, each in
+  Google's error body (https://cloud.google.com/apis/design/errors#http_mapping). The caller must
+  send the metadata server's token (tests/idle/vm_fakes.TOKEN).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -27,8 +36,11 @@ from typing import Any
 import rsa
 
 from tests.harness.loopback import serve_on_loopback
+from tests.idle.vm_fakes import TOKEN
 
 KID = "f2e1c3a4b5d6e7f80911aabbccddeeff00112233"
+# The VM account's unique id (projects.serviceAccounts uniqueId, 21 digits): its tokens' sub and azp.
+VM_ACCOUNT_ID = "104532107733851617093"
 # 1024-bit keys: pure-Python key generation at 2048 bits takes seconds; the check is the same.
 KEY_BITS = 1024
 
@@ -66,7 +78,7 @@ class Signer:
         self,
         *,
         audience: str,
-        email: str,
+        email: str | None,
         lifetime_s: float = 3600,
         issued: float | None = None,
         header: dict[str, Any] | None = None,
@@ -76,14 +88,16 @@ class Signer:
         claims: dict[str, Any] = {
             "iss": "https://accounts.google.com",
             "aud": audience,
-            "azp": "104532107733851617093",
-            "sub": "104532107733851617093",
+            "azp": VM_ACCOUNT_ID,
+            "sub": VM_ACCOUNT_ID,
             "email": email,
             "email_verified": True,
             "iat": int(now),
             "exp": int(now + lifetime_s),
         }
         claims.update(overrides)
+        # A claim given as None is left out (a token without `email`, say).
+        claims = {k: v for k, v in claims.items() if v is not None}
         head = {"alg": "RS256", "kid": self.kid, "typ": "JWT", **(header or {})}
         signing_input = f"{_b64(json.dumps(head).encode())}.{_b64(json.dumps(claims).encode())}"
         signature = rsa.sign(signing_input.encode(), self.private, "SHA-256")
@@ -96,12 +110,24 @@ class FakeGoogle:
     time_series: list[dict[str, Any]] = field(default_factory=list)
     writes: int = 0
     cert_reads: int = 0
+    secrets: dict[str, list[bytes | None]] = field(default_factory=dict)
+    """Secret Manager: each secret's versions by full name (``projects/p/secrets/id``), oldest first;
+    None is a destroyed version."""
+    denied: set[str] = field(default_factory=set)
+    secret_reads: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add_version(self, secret: str, payload: bytes | None) -> None:
+        with self._lock:
+            self.secrets.setdefault(secret, []).append(payload)
 
     def points(self, metric: str) -> list[dict[str, Any]]:
         """Every series of ``custom.googleapis.com/qwen36/door/<metric>`` received, in order."""
         with self._lock:
             return [s for s in self.time_series if s["metric"]["type"].endswith(f"/door/{metric}")]
+
+
+_ACCESS = re.compile(r"/v1/(projects/[^/]+/secrets/[^/]+)/versions/latest:access")
 
 
 def _handler(google: FakeGoogle) -> type[BaseHTTPRequestHandler]:
@@ -119,8 +145,36 @@ def _handler(google: FakeGoogle) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _access(self, secret: str) -> None:
+            def error(status: int, state: str, message: str) -> None:
+                self._json(status, {"error": {"code": status, "message": message, "status": state}})
+
+            with google._lock:
+                google.secret_reads += 1
+                versions = list(google.secrets.get(secret, []))
+                denied = secret in google.denied
+            if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                error(401, "UNAUTHENTICATED", "Request had invalid authentication credentials.")
+            elif denied:
+                what = f"for resource '{secret}/versions/latest' (or it may not exist)."
+                error(403, "PERMISSION_DENIED", f"Permission 'secretmanager.versions.access' denied {what}")
+            elif not versions:
+                error(404, "NOT_FOUND", f"Secret [{secret}] not found or has no versions.")
+            elif versions[-1] is None:
+                error(
+                    400,
+                    "FAILED_PRECONDITION",
+                    f"Secret Version [{secret}/versions/{len(versions)}] is in DESTROYED state.",
+                )
+            else:
+                data = base64.b64encode(versions[-1]).decode()
+                self._json(200, {"name": f"{secret}/versions/{len(versions)}", "payload": {"data": data}})
+
         def do_GET(self) -> None:
-            if self.path == "/oauth2/v3/certs":
+            access = _ACCESS.fullmatch(self.path)
+            if access is not None:
+                self._access(access.group(1))
+            elif self.path == "/oauth2/v3/certs":
                 with google._lock:
                     google.cert_reads += 1
                 keys = [s.jwk() for s in google.signers]

@@ -2,7 +2,9 @@
 
 It counts every HTTP request the door sends upstream (a request line seen in the byte stream), so
 a test can prove a request never reached the VM, and it can hold back the server's first response
-bytes by a set delay, so a test can inject a known time before the first token. While nothing
+bytes by a set delay, so a test can inject a known time before the first token. It can also close a
+kept-alive connection as a later request arrives on it, unanswered, as llama-server b11434 sometimes
+does (``drop_reused``). While nothing
 listens behind it (the VM still booting), it accepts and closes at once.
 """
 
@@ -29,6 +31,9 @@ class Relay:
     host: str = "127.0.0.1"
     """The "VM's" address: another loopback address (127.0.0.2) stands for a member a repair moved."""
     listen_port: int = 0
+    drop_reused: int = 0
+    """The next this many requests that arrive on a connection that already carried one are dropped."""
+    dropped: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _open: set[socket.socket] = field(default_factory=set)
 
@@ -85,10 +90,16 @@ class Relay:
         self._pump_down(upstream, client, delay_next)
 
     def _pump_up(self, src: socket.socket, dst: socket.socket, delay_next: threading.Event) -> None:
+        carried = 0
         try:
             while data := src.recv(BUFFER):
                 found = [(m.group(1).decode(), m.group(2).decode()) for m in _REQUEST_LINE.finditer(data)]
                 with self._lock:
+                    if found and carried and self.drop_reused > 0:
+                        self.drop_reused -= 1
+                        self.dropped += 1
+                        return
+                    carried += len(found)
                     self.requests.extend(found)
                 if any(path != "/health" for _, path in found):
                     delay_next.set()

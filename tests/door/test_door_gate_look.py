@@ -34,8 +34,9 @@ def test_a_key_the_door_refuses_ends_the_look_at_once(make_world: WorldFactory) 
         wait_door(world.url, WRONG_KEY, bound_s=60.0, emit=lambda _: None, **FAST)
     assert time.monotonic() - started < 5.0
     assert failure.value.message == (
-        f"the server serves, but {world.url}: the door refuses the stack's API key (401): its Secret "
-        "Manager version is not the stack's apiKey; run `pulumi up` again"
+        f"the server serves, but {world.url}: the door reads its key and refuses the stack's API key "
+        "(401): the key set's `default` entry replaces or revokes it, or the secret's latest version is "
+        "not the stack's apiKey (`pulumi up` writes it)"
     )
     assert world.relay.proxied() == [] and world.group.resizes() == []
 

@@ -41,6 +41,10 @@ def test_only_the_vms_valid_id_token_stops_the_group(make_world: WorldFactory, s
         "another account": signer.token(
             audience=AUDIENCE, email="someone@acme-llm-test.iam.gserviceaccount.com"
         ),
+        # Without `email`, the token's sub (or azp) must be the VM account's unique id.
+        "another account's id, no email": signer.token(
+            audience=AUDIENCE, email=None, email_verified=None, sub="109876543210987654321", azp=None
+        ),
         "unverified email": signer.token(audience=AUDIENCE, email=VM_ACCOUNT, email_verified=False),
         "expired": signer.token(audience=AUDIENCE, email=VM_ACCOUNT, issued=time.time() - 7200),
         "issued in the future": signer.token(audience=AUDIENCE, email=VM_ACCOUNT, issued=time.time() + 600),

@@ -58,7 +58,8 @@ def test_the_web_ui_through_the_door_with_the_key(make_world: WorldFactory) -> N
             page.locator("#key").fill(API_KEY)
             page.get_by_role("button", name="Open the web UI").click()
             box = page.get_by_role("textbox", name=MESSAGE_BOX)
-            expect(box).to_be_visible()
+            # A slow first look at the group shows the waking page, which reloads itself every 5 s.
+            expect(box).to_be_visible(timeout=STEP_MS)
             box.click()
             page.keyboard.type("Say a")
             page.keyboard.press("Enter")

@@ -40,6 +40,24 @@ class Request:
     """By lowercase name (HTTP header names are case-insensitive)."""
 
 
+HANG = "hang"
+"""A fault that never answers (a blackhole): the request is held until the fake stops."""
+
+
+@dataclass
+class Fault:
+    """What every API request gets instead of its answer (the token endpoint is left alone), for the
+    next ``times`` requests: ``status`` with Google's error body for it, or with ``body`` exactly (an
+    HTML page, junk), or ``HANG``."""
+
+    status: int | str
+    body: bytes | None = None
+    content_type: str = "application/json"
+    times: int = 1_000_000
+    path_contains: str = ""
+    """Only requests whose path contains this (e.g. ``:testIamPermissions``); all when empty."""
+
+
 @dataclass
 class FakeProject:
     project_id: str = "acme-llm"
@@ -70,6 +88,8 @@ class FakeProject:
         }
     )
     families: dict[str, str] = field(default_factory=dict)
+    # Image name -> its labels (the bake's `secure-boot` verdict, infra/shielded.py).
+    image_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     """Image family -> its newest image's name."""
     policies: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Constraint (``compute.vmExternalIpAccess``) -> the effective policy's ``spec``."""
@@ -77,8 +97,16 @@ class FakeProject:
     """Permissions the caller lacks on the project (everything else asked for is granted)."""
     jwt_public_key: str = ""
     """PEM of the service account key whose self-signed JWTs the fake accepts (none: only its token)."""
+    fault: Fault | None = None
     requests: list[Request] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take_fault(self, path: str) -> Fault | None:
+        with self._lock:
+            if self.fault is None or self.fault.times <= 0 or self.fault.path_contains not in path:
+                return None
+            self.fault.times -= 1
+            return self.fault
 
     def record(self, request: Request) -> None:
         with self._lock:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
@@ -13,7 +14,7 @@ from urllib.parse import parse_qs, urlparse
 
 from tests.compute_fake.shapes import not_found
 from tests.gcp_fake import shapes
-from tests.gcp_fake.project import ACCESS_TOKEN, FakeProject, Request
+from tests.gcp_fake.project import ACCESS_TOKEN, HANG, FakeProject, Fault, Request
 from tests.harness.loopback import JsonHandler, serve_on_loopback
 
 _ROUTES: list[tuple[str, str, re.Pattern[str], str]] = [
@@ -62,6 +63,8 @@ _ROUTES: list[tuple[str, str, re.Pattern[str], str]] = [
         "_permissions",
     ),
 ]
+# How long a HANG fault holds its request: past any client timeout, ended early when the fake stops.
+HANG_S = 600.0
 _FILTER = re.compile(r'^name = "(?P<name>[a-z0-9-]+)"$')
 
 
@@ -83,7 +86,7 @@ def _authorized(project: FakeProject, header: str) -> bool:
     return bool(claims.get("iss"))
 
 
-def _handler(project: FakeProject) -> type[BaseHTTPRequestHandler]:
+def _handler(project: FakeProject, stopping: threading.Event) -> type[BaseHTTPRequestHandler]:
     class Handler(JsonHandler):
         def _serve(self, method: str) -> None:
             url = urlparse(self.path)
@@ -94,6 +97,10 @@ def _handler(project: FakeProject) -> type[BaseHTTPRequestHandler]:
             project.record(request)
             if method == "POST" and url.path == "/token":
                 self._json(200, shapes.token())
+                return
+            fault = project.take_fault(url.path)
+            if fault is not None:
+                self._fault(fault)
                 return
             if not _authorized(project, self.headers.get("Authorization") or ""):
                 self._json(401, shapes.unauthenticated())
@@ -116,6 +123,20 @@ def _handler(project: FakeProject) -> type[BaseHTTPRequestHandler]:
                 getattr(self, name)(match, query, body)
                 return
             self._json(404, not_found(url.path))
+
+        def _fault(self, fault: Fault) -> None:
+            if fault.status == HANG:
+                stopping.wait(HANG_S)
+                self.close_connection = True
+                return
+            if fault.body is None:
+                self._json(int(fault.status), shapes.canonical_error(int(fault.status)))
+                return
+            self.send_response(int(fault.status))
+            self.send_header("Content-Type", fault.content_type)
+            self.send_header("Content-Length", str(len(fault.body)))
+            self.end_headers()
+            self.wfile.write(fault.body)
 
         def do_GET(self) -> None:
             self._serve("GET")
@@ -168,5 +189,12 @@ def _handler(project: FakeProject) -> type[BaseHTTPRequestHandler]:
 @contextmanager
 def fake_gcp(project: FakeProject) -> Iterator[str]:
     """Serves ``project`` on a free loopback port; yields the root URL (the check's ``--api-root``)."""
-    with serve_on_loopback(_handler(project)) as root:
-        yield root
+    stopping = threading.Event()
+    try:
+        with serve_on_loopback(_handler(project, stopping)) as root:
+            try:
+                yield root
+            finally:
+                stopping.set()
+    finally:
+        stopping.set()

@@ -27,6 +27,25 @@ def status_error(
     return {"error": error}
 
 
+# The canonical status of each HTTP code, with the message Google's table gives as its example
+# (https://cloud.google.com/apis/design/errors#handling_errors).
+CANONICAL = {
+    400: ("INVALID_ARGUMENT", "Request contains an invalid argument."),
+    401: ("UNAUTHENTICATED", "Request had invalid authentication credentials."),
+    403: ("PERMISSION_DENIED", "The caller does not have permission"),
+    429: ("RESOURCE_EXHAUSTED", "Quota exceeded for quota metric 'Read requests' of service."),
+    500: ("INTERNAL", "Internal error encountered."),
+    502: ("UNAVAILABLE", "The service is currently unavailable."),
+    503: ("UNAVAILABLE", "The service is currently unavailable."),
+    504: ("DEADLINE_EXCEEDED", "Deadline expired before operation could complete."),
+}
+
+
+def canonical_error(code: int) -> dict[str, Any]:
+    status, message = CANONICAL[code]
+    return status_error(code, status, message)
+
+
 def unauthenticated() -> dict[str, Any]:
     return status_error(
         401,
@@ -179,6 +198,8 @@ def image(project: FakeProject, family: str, name: str) -> dict[str, Any]:
         "family": family,
         "status": "READY",
         "selfLink": f"{LINK_HOST}/compute/v1/projects/{project.project_id}/global/images/{name}",
+        # The Image resource's `labels` map (absent when the image has none).
+        **({"labels": project.image_labels[name]} if project.image_labels.get(name) else {}),
     }
 
 

@@ -77,6 +77,12 @@ UI_ARGS = {
     True: ("-DLLAMA_BUILD_UI=ON", "-DLLAMA_USE_PREBUILT_UI=OFF"),
     False: ("-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF"),
 }
+# Never AMX, whatever -march=native finds: a CPU of these machines reports amx_tile and amx_int8,
+# yet its first `tilezero` raises SIGILL (seen 2026-12-02: ggml's AMX mul_mat killed llama-server on
+# Gemma-3-270M's q8_0 weights while it loaded; the tiny F32 models never reach that kernel). GCC
+# keeps an explicit -mno-<isa> over what -march turns on, in either order. The CPU build only checks
+# behaviour, so the AVX2/AVX-512 kernels it keeps are enough.
+ISA_OFF = ("-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16")
 # CMake reads these from the environment at configure time: they change the binary.
 FLAG_ENV = ("CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS")
 # tools/ui/ui.h.in: defined only when assets were embedded. llama.cpp's asset script only *warns*
@@ -124,6 +130,7 @@ class Recipe:
     # llama.cpp builds for the building CPU (GGML_NATIVE: -march=native), so a binary built on one
     # CPU may not run on another: the CPU's model and instruction-set flags are an input too.
     host: str = ""
+    isa_off: tuple[str, ...] = ISA_OFF
     version: int = RECIPE_VERSION
 
     def key(self) -> str:
@@ -330,8 +337,13 @@ def _compile(r: Recipe, work: Path) -> Path:
     apply_patches(r, source)
     out = work / "build"
     cmake = _tool("cmake")
+    # CMAKE_<LANG>_FLAGS set here replaces what CMake would read from CFLAGS/CXXFLAGS: both kept.
+    isa = [
+        f"-DCMAKE_{lang}_FLAGS={' '.join([os.environ.get(env, ''), *r.isa_off]).strip()}"
+        for lang, env in (("C", "CFLAGS"), ("CXX", "CXXFLAGS"))
+    ]
     _run(
-        [cmake, "-S", str(source), "-B", str(out), *r.cmake_args, *FIXED_ARGS, *UI_ARGS[r.ui]],
+        [cmake, "-S", str(source), "-B", str(out), *r.cmake_args, *FIXED_ARGS, *isa, *UI_ARGS[r.ui]],
         timeout=CONFIGURE_TIMEOUT_S,
     )
     what = "llama-server with the web UI" if r.ui else "llama-server"

@@ -4,6 +4,7 @@ role id new for each deployment, and the group field the watcher changes is one 
 
 from __future__ import annotations
 
+import re
 import secrets
 from typing import Any
 
@@ -20,6 +21,7 @@ from infra.autostop import (
     Autostop,
     AutostopArgs,
     export_outputs,
+    member_condition,
     role_id,
 )
 from infra.policy import PolicyContext, Resource
@@ -122,6 +124,26 @@ def test_the_grant_is_two_permissions_for_one_holder_with_no_condition(mocked: t
         "iam_conditions_on_supported_types",
         "custom_role_id_not_fixed",
     }
+
+
+def test_the_member_read_matches_this_groups_members_and_no_other_stacks() -> None:
+    """The member names GCE gives a group (<group>-<4 of [a-z0-9]>) against the condition's regular
+    expression, matched whole as CEL's RE2 matches() does with ^...$ (Python's re agrees on this
+    pattern: literal characters, one class and a count)."""
+    expression = member_condition("qwen36-dev")
+    (pattern,) = re.findall(r'\.matches\("([^"]+)"\)', expression)
+    assert expression.startswith('resource.type == "compute.googleapis.com/Instance" && ')
+    ours = ["qwen36-dev-x1b2", "qwen36-dev-0000"]
+    # Stack dev-2's members start with "qwen36-dev-" too; so do names that are not a member's.
+    theirs = [
+        "qwen36-dev-2-abcd",
+        "qwen36-dev-abcde",
+        "qwen36-dev-ab",
+        "qwen36-dev-ABCD",
+        "x-qwen36-dev-abcd",
+    ]
+    assert [n for n in ours if re.search(pattern, n)] == ours
+    assert [n for n in theirs if re.search(pattern, n)] == []
 
 
 def test_each_deployment_gets_a_role_id_of_its_own(mocked: tuple[Mocks, Monitor]) -> None:

@@ -1,9 +1,10 @@
 """The boot sandbox's stubs (tests/boot/stubs.py), plus what only the bake needs of them.
 
 Run in place of that program by the apt-get and docker wrappers of a bake sandbox. It adds
-``apt-get clean`` (the boot script never cleans) and two faults a test switches on with a flag
-file in the host folder: ``fail-pull`` (the registry refuses every pull) and ``docker-dead``
-(the daemon never answers). Everything else is the boot sandbox's own behaviour.
+``apt-get clean`` (the boot script never cleans), ``depmod`` (the signed-driver step), and two
+faults a test switches on with a flag file in the host folder: ``fail-pull`` (the registry refuses
+every pull) and ``docker-dead`` (the daemon never answers). Everything else is the boot
+sandbox's own behaviour.
 """
 
 from __future__ import annotations
@@ -37,7 +38,11 @@ def docker(argv: list[str]) -> int:
     return int(boot_docker(argv))
 
 
-stubs["HANDLERS"].update({"apt-get": apt_get, "docker": docker})
+def depmod(argv: list[str]) -> int:
+    return 0
+
+
+stubs["HANDLERS"].update({"apt-get": apt_get, "docker": docker, "depmod": depmod})
 
 if __name__ == "__main__":
     sys.exit(stubs["main"]())

@@ -36,9 +36,14 @@ def script() -> str:
 
 
 def _use_bake_stubs(sandbox: Sandbox) -> Sandbox:
-    for name in ("apt-get", "docker"):
+    for name in ("apt-get", "docker", "depmod"):
         wrapper = sandbox.host / "stubs" / name
         wrapper.write_text(f'#!/bin/sh\nexec {base_python()} -S {BAKE_STUBS} {name} "$@"\n')
+        wrapper.chmod(0o755)
+    for name in ("depmod",):
+        link = sandbox.host / "installed" / name
+        if not link.exists():
+            link.symlink_to(sandbox.host / "stubs" / name)
     return sandbox
 
 
@@ -104,6 +109,37 @@ def test_fresh_builder_installs_configures_pulls_and_reports_ready(make_sandbox:
     assert len({r.boot_id for r in _reports(result)}) == 1
     lines = [line for line in result.log.splitlines() if " qwen36: " in line]
     assert lines and all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ qwen36: ", line) for line in lines)
+
+
+SIGNED = (
+    "linux-modules-nvidia-580-server-open-5.19.0-1022-gcp",
+    "nvidia-utils-580-server",
+    "libnvidia-compute-580-server",
+)
+
+
+def test_the_bake_installs_canonicals_signed_modules_and_records_it(make_sandbox: Any, script: str) -> None:
+    sandbox = _use_bake_stubs(make_sandbox())
+    sandbox.edit_host(lambda host: host["apt_available"].extend(SIGNED))
+    result = _bake(sandbox, script)
+    assert result.rc == 0, result.log
+    installs = [a for a in _argvs(result, "apt-get") if "install" in a and SIGNED[0] in a]
+    # A dry run first, then the install, for the running kernel's package and its user-space.
+    assert ["-s" in a for a in installs] == [True, False]
+    assert all(set(SIGNED) <= set(a) for a in installs)
+    assert (sandbox.state_dir / "signed-driver").read_text() == "installed\n"
+    assert result.phases == list(BAKE_PHASES)
+
+
+def test_a_kernel_without_signed_modules_keeps_the_image_as_it_was(make_sandbox: Any, script: str) -> None:
+    sandbox = _use_bake_stubs(make_sandbox())
+    result = _bake(sandbox, script)
+    assert result.rc == 0, result.log
+    installs = [a for a in _argvs(result, "apt-get") if "install" in a and SIGNED[0] in a]
+    assert [("-s" in a) for a in installs] == [True]
+    marker = (sandbox.state_dir / "signed-driver").read_text()
+    assert marker.startswith(f"no installable {SIGNED[0]}") and "5.19.0-1022-gcp" in marker
+    assert _last(result).phase == boot_protocol.PHASE_READY
 
 
 def test_second_run_does_only_what_is_missing(make_sandbox: Any, script: str) -> None:

@@ -19,6 +19,7 @@ import pytest
 from infra.bake_script import render_bake_script
 from infra.cold_start import COLD_START_STOCK, COLD_START_TOOLING
 from infra.config import StackConfig
+from infra.shielded import SecureBoot
 from infra.tooling_image import (
     BAKE_SCRIPT_ENV,
     BAKE_TIMEOUT_MINUTES,
@@ -337,8 +338,13 @@ def _image_missing(args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
 def test_lookup_finds_the_builds_family() -> None:
     mocked = set_up(_image_found)
     cfg = StackConfig()
-    image = mocked.run(lambda: find_tooling_image(cfg))
+    found = find_tooling_image(cfg)
+    assert found is not None
+    image = mocked.run(lambda: found.url)
     assert image == f"projects/{GCP_PROJECT}/global/images/family/{tooling_family(cfg.llama_cpp_build)}"
+    # An image without the GPU test's label (baked before it) runs with Secure Boot off, said so.
+    assert found.secure_boot == SecureBoot(False, "unverified")
+    assert any(level == "WARNING" and "Secure Boot off" in message for level, message in mocked.logs.records)
     [call] = mocked.mocks.calls
     assert call.token == GET_IMAGE and call.args["family"] == "qwen36-mtp-l4-tooling-b11434"
     assert any(level == "INFO" and COLD_START_TOOLING in message for level, message in mocked.logs.records)

@@ -39,6 +39,7 @@ def context(d: Deployment, overrides: Mapping[str, Any]) -> PolicyContext:
         allow_public_internet=bool(overrides.get("allowPublicInternet")),
         secrets=[MOCK_API_KEY],
         fleet=bool(overrides.get("replicas", 1) > 1 or overrides.get("maxReplicas", 0) > 1),
+        external_ip=bool(overrides.get("externalIp")),
         project_options=project_options(),
     )
 

@@ -39,6 +39,7 @@ MOCK_API_KEY = "k3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3yK3y"
 MOCK_GLOBAL_IP = "203.0.113.80"
 MOCK_PROJECT_NUMBER = "123456789012"
 MOCK_IP = "203.0.113.10"
+RUN_AGENT = f"service-{MOCK_PROJECT_NUMBER}@serverless-robot-prod.iam.gserviceaccount.com"
 COMPUTE = "https://www.googleapis.com/compute/v1"
 # The suffix GCE adds to a template's name prefix (the first template's; each next one counts up).
 TEMPLATE_SUFFIX = "20261130223000000000000001"
@@ -61,8 +62,12 @@ class RecordingMocks(pulumi.runtime.Mocks):
         fail_invokes: bool = False,
         tooling_image: bool = True,
         kept_networks: Mapping[str, str] | None = None,
+        secure_boot_verdict: str | None = None,
+        network_errors: Mapping[str, str] | None = None,
     ) -> None:
+        self.secure_boot_verdict = secure_boot_verdict
         self.kept_networks = dict(kept_networks or {})
+        self.network_errors = dict(network_errors or {})
         self.resources: list[Resource] = []
         self.calls: list[str] = []
         self.existing_buckets = dict(existing_buckets or {})
@@ -79,8 +84,17 @@ class RecordingMocks(pulumi.runtime.Mocks):
         state = dict(inputs)
         computed: Mapping[str, Callable[[], dict[str, Any]]] = {
             "gcp:compute/address:Address": lambda: {"address": MOCK_IP},
+            # projects.serviceAccounts: email, and uniqueId ("the unique, stable numeric ID for the
+            # service account": 21 digits), the `sub` of its ID tokens.
             "gcp:serviceaccount/account:Account": lambda: {
-                "email": f"{inputs['accountId']}@{GCP_PROJECT}.iam.gserviceaccount.com"
+                "email": f"{inputs['accountId']}@{GCP_PROJECT}.iam.gserviceaccount.com",
+                "uniqueId": str(100000000000000000000 + sum(map(ord, inputs["accountId"]))),
+            },
+            # services.generateServiceIdentity for run.googleapis.com: Cloud Run's service agent
+            # (https://cloud.google.com/iam/docs/service-agents: service-NUMBER@serverless-robot-prod).
+            "gcp:projects/serviceIdentity:ServiceIdentity": lambda: {
+                "email": RUN_AGENT,
+                "member": f"serviceAccount:{RUN_AGENT}",
             },
             "gcp:storage/bucket:Bucket": lambda: {
                 "name": inputs.get("name") or f"{args.name}-9f8e7d6",
@@ -125,6 +139,12 @@ class RecordingMocks(pulumi.runtime.Mocks):
             "gcp:secretmanager/secret:Secret": lambda: {
                 "name": f"projects/123456789012/secrets/{inputs['secretId']}"
             },
+            # The bake's GPU test prints its verdict code last (infra/tooling_image.py GpuTest).
+            "command:local:Command": lambda: (
+                {"stdout": f"{self.secure_boot_verdict}\n"}
+                if args.name.endswith("-gpu-test") and self.secure_boot_verdict is not None
+                else {}
+            ),
         }
         state.update(computed.get(args.typ, dict)())
         if args.typ.startswith("gcp:compute/"):
@@ -135,7 +155,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
         resource_id = state.get("name") or f"{args.name}-id"
         return str(resource_id), state
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+    def call(self, args: pulumi.runtime.MockCallArgs) -> Any:
         self.calls.append(args.token)
         if self.fail_invokes:
             raise RuntimeError("PERMISSION_DENIED: storage.buckets.list")
@@ -157,6 +177,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
             # networks.get / subnetworks.get: a resource an earlier deployment kept (description, self
             # link); anything else is the provider's "not found", which the mocks answer with {}.
             name = args.args["name"]
+            if name in self.network_errors:
+                # The provider's error as the engine hands it back: a failure, which the SDK raises
+                # as "invoke of <token> failed: <reason> (<property>)" (pulumi/runtime/invoke.py).
+                return {}, [("", self.network_errors[name])]
             if name not in self.kept_networks:
                 return {}
             scope = (
@@ -179,6 +203,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 "name": f"{family}-0a1b2c3d-73012345",
                 "family": family,
                 "project": args.args.get("project"),
+                # The GPU test's verdict label (images resource `labels`); none on an older bake.
+                "labels": {"secure-boot": self.secure_boot_verdict} if self.secure_boot_verdict else {},
             }
         return {}
 
@@ -283,14 +309,18 @@ def deploy(
     fail_invokes: bool = False,
     tooling_image: bool = True,
     kept_networks: Mapping[str, str] | None = None,
+    secure_boot_verdict: str | None = None,
+    network_errors: Mapping[str, str] | None = None,
 ) -> Deployment:
     """Run ``__main__.py`` for a stack file's config plus ``overrides`` (short keys) under mocks.
 
     ``existing_buckets`` exist in the project with this stack's labels (kept by an earlier
     deployment); ``foreign_buckets`` with the labels given; ``kept_networks``: VPC and subnet names
-    that exist, with their descriptions (a door's network outlives a destroy). ``tooling_image``: the
+    that exist, with their descriptions (a door's network outlives a destroy); ``network_errors``: the
+    error text the provider answers those names' lookups with. ``tooling_image``: the
     build's tooling family holds an image (every deployment after the first); without one the program
-    bakes it.
+    bakes it. ``secure_boot_verdict``: the GPU test's verdict (the found image's label, or the bake's
+    test output); None: an image without one.
     """
     ours = {"app": PROJECT, "stack": f"qwen36-{stack}", "managed-by": "pulumi"}
     buckets = {name: ours for name in existing_buckets} | dict(foreign_buckets or {})
@@ -299,7 +329,12 @@ def deploy(
     if gcp_project is not None:
         config["gcp:project"] = gcp_project
     mocks = RecordingMocks(
-        buckets, fail_invokes=fail_invokes, tooling_image=tooling_image, kept_networks=kept_networks
+        buckets,
+        fail_invokes=fail_invokes,
+        tooling_image=tooling_image,
+        kept_networks=kept_networks,
+        secure_boot_verdict=secure_boot_verdict,
+        network_errors=network_errors,
     )
     monitor = RecordingMonitor(mocks)
     settings.ROOT.set(None)  # a fresh stack resource, so one run's exports never leak into the next

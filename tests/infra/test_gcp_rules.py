@@ -22,8 +22,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "fleet-https": {"replicas": 2, "domain": "llm.example.com", "sourceRanges": ["198.51.100.7/32"]},
     "standard": {"provisioningModel": "STANDARD"},
     # Without the front door: the VM's own port for the ranges, or an IAP tunnel with no key.
-    "own-ranges": {"door": False, "sourceRanges": ["198.51.100.7/32"]},
-    "public-opted-in": {"door": False, "sourceRanges": ["0.0.0.0/0"], "allowPublicInternet": True},
+    "own-ranges": {"door": False, "externalIp": True, "sourceRanges": ["198.51.100.7/32"]},
+    "public-opted-in": {
+        "door": False,
+        "externalIp": True,
+        "sourceRanges": ["0.0.0.0/0"],
+        "allowPublicInternet": True,
+    },
     "no-api-key": {"door": False, "apiKey": False},
 }
 
@@ -36,7 +41,7 @@ def test_program_passes_every_rule(stack: str, variant: str) -> None:
 
 @pytest.fixture(scope="module")
 def good() -> Deployment:
-    return deploy("dev", {"door": False, "sourceRanges": ["198.51.100.7/32"]})
+    return deploy("dev", {"door": False, "externalIp": True, "sourceRanges": ["198.51.100.7/32"]})
 
 
 def _edit(
@@ -210,7 +215,7 @@ AUTOSCALER = Resource(
 
 def test_an_autoscaled_balanced_group_passes(good: Deployment) -> None:
     with_scaler = [*good.resources, AUTOSCALER]
-    assert check_settled(with_scaler, PolicyContext(secrets=[MOCK_API_KEY])) == []
+    assert check_settled(with_scaler, PolicyContext(external_ip=True, secrets=[MOCK_API_KEY])) == []
 
 
 @pytest.mark.parametrize("fixture", BAD_FIXTURES)
@@ -219,7 +224,7 @@ def test_each_rule_fails_on_a_bad_fixture(good: Deployment, fixture: str) -> Non
     bad = _edit(good, token, change, name)
     if rule == "autoscaler_needs_even_or_balanced":
         bad.append(AUTOSCALER)
-    violations = check_settled(bad, PolicyContext(secrets=[MOCK_API_KEY]))
+    violations = check_settled(bad, PolicyContext(external_ip=True, secrets=[MOCK_API_KEY]))
     assert violations, fixture
     assert {v.rule for v in violations} == {rule}, [str(v) for v in violations]
 
@@ -228,7 +233,9 @@ def test_a_bare_spot_vm_is_still_checked(good: Deployment) -> None:
     (template,) = [r for r in good.resources if r.type == policy.TEMPLATE]
     scheduling = {**template.inputs["scheduling"], "automaticRestart": True}
     vm = Resource(policy.INSTANCE, "bare", {**template.inputs, "scheduling": scheduling})
-    assert [v.rule for v in check_settled([vm], PolicyContext())] == ["spot_is_preemptible_without_restart"]
+    assert [v.rule for v in check_settled([vm], PolicyContext(external_ip=True))] == [
+        "spot_is_preemptible_without_restart"
+    ]
 
 
 # --- Issue 15's rules: each on the deployment it concerns, with the context that isolates it ------
@@ -263,9 +270,9 @@ def _nic(**values: Any) -> Callable[[dict[str, Any]], None]:
     return lambda inputs: inputs["networkInterfaces"][0].update(values)
 
 
-PLAIN = PolicyContext()
-OPTED_IN = PolicyContext(allow_public_internet=True)
-NO_EXCEPTION = PolicyContext(secure_boot_exception="")
+PLAIN = PolicyContext(external_ip=True)
+OPTED_IN = PolicyContext(external_ip=True, allow_public_internet=True)
+NO_EXCEPTION = PolicyContext(external_ip=True, secure_boot_reasons={})
 NO_NETWORK_FLAGS = ("--network=", "--subnet=")
 Edit = Callable[[dict[str, Any]], None]
 
@@ -293,9 +300,21 @@ ISSUE15_FIXTURES: dict[str, tuple[str, str, PolicyContext, str, str | None, Edit
         "no_ssh_from_anywhere", "good", OPTED_IN, policy.FIREWALL, "network-server",
         lambda i: i.update(sourceRanges=["::/0"], allows=[{"protocol": "all"}]),
     ),
-    # Secure boot is off today; without the documented exception that is a violation.
+    # Secure Boot off (the image's verdict) without the documented reasons is a violation...
     "secure-boot-off-undocumented": (
         "secure_boot_on", "good", NO_EXCEPTION, policy.INSTANCE, None, lambda _: None
+    ),
+    # ...and so is a template that records no reason, or one this version does not know.
+    "secure-boot-off-without-reason": (
+        "secure_boot_on", "good", PLAIN, policy.TEMPLATE, None, lambda i: i["labels"].pop("secure-boot-off")
+    ),
+    "secure-boot-off-unknown-reason": (
+        "secure_boot_on", "good", PLAIN, policy.TEMPLATE, None,
+        lambda i: i["labels"].update({"secure-boot-off": "x"}),
+    ),
+    "builder-without-secure-boot": (
+        "secure_boot_on", "baking", PLAIN, policy.LOCAL_COMMAND, "tooling-builder",
+        _builder_flags(lambda a: [x for x in a if x != "--shielded-secure-boot"]),
     ),
     # The first version's name for a project id that starts with "goog".
     "goog-bucket-name": (
@@ -324,7 +343,7 @@ def test_each_issue15_rule_fails_on_a_bad_fixture(good: Deployment, baking: Depl
     rule, which, ctx, token, name, change = ISSUE15_FIXTURES[fixture]
     deployment = {"good": good, "baking": baking}[which]
     # Unedited, it passes under the same context with the documented secure-boot exception.
-    documented = dataclasses.replace(ctx, secure_boot_exception=PLAIN.secure_boot_exception)
+    documented = dataclasses.replace(ctx, secure_boot_reasons=PLAIN.secure_boot_reasons)
     assert check_settled(deployment.resources, documented) == [], "the unedited deployment passes"
     violations = check_settled(_edit(deployment, token, change, name), ctx)
     assert violations, fixture
@@ -342,13 +361,15 @@ def test_the_secure_boot_exception_is_documented() -> None:
     from tests.infra.program_mocks import ROOT
 
     page = (ROOT / "docs" / "security.md").read_text()
-    assert shielded.SECURE_BOOT or "install-drivers-gpu#secure-boot" in page
+    assert "install-drivers-gpu#secure-boot" in page
+    # Every reason the bake can record is said on the page, by its code.
+    assert all(f"`{code}`" in page for code in shielded.OFF_REASONS)
 
 
 def test_public_internet_needs_the_opt_in(good: Deployment) -> None:
     bad = _edit(good, policy.FIREWALL, _set("sourceRanges", ["0.0.0.0/0"]), "network-server")
-    assert check_settled(bad, PolicyContext(allow_public_internet=True)) == []
-    assert [v.rule for v in check_settled(bad, PolicyContext())] == ["no_open_firewall"]
+    assert check_settled(bad, PolicyContext(external_ip=True, allow_public_internet=True)) == []
+    assert [v.rule for v in check_settled(bad, PolicyContext(external_ip=True))] == ["no_open_firewall"]
     # Issue 29: all but one address is the internet too, and GCE's range limit holds.
     import ipaddress
 
@@ -357,10 +378,10 @@ def test_public_internet_needs_the_opt_in(good: Deployment) -> None:
         for n in ipaddress.IPv4Network("0.0.0.0/0").address_exclude(ipaddress.IPv4Network("8.8.8.8/32"))
     ]
     almost = _edit(good, policy.FIREWALL, _set("sourceRanges", all_but_one), "network-server")
-    assert [v.rule for v in check_settled(almost, PolicyContext())] == ["no_open_firewall"]
+    assert [v.rule for v in check_settled(almost, PolicyContext(external_ip=True))] == ["no_open_firewall"]
     many = [f"{ipaddress.IPv4Address('10.0.0.0') + i}/32" for i in range(5001)]
     crowded = _edit(good, policy.FIREWALL, _set("sourceRanges", many), "network-server")
-    assert [v.rule for v in check_settled(crowded, PolicyContext())] == ["no_open_firewall"]
+    assert [v.rule for v in check_settled(crowded, PolicyContext(external_ip=True))] == ["no_open_firewall"]
 
 
 # --- the fleet's rules (infra/fleet.py), over a fleet program with a stand-in server group ----
@@ -439,7 +460,7 @@ FLEET_BAD_FIXTURES: dict[str, tuple[str, str, str | None, Callable[[dict[str, An
         ),
     ),
 }
-FLEET_CONTEXT = PolicyContext(secrets=[MOCK_API_KEY], fleet=True)
+FLEET_CONTEXT = PolicyContext(external_ip=True, secrets=[MOCK_API_KEY], fleet=True)
 
 
 @pytest.fixture(scope="module")
@@ -470,8 +491,8 @@ def test_each_fleet_rule_fails_on_a_bad_fixture(fleet_good: Deployment, fixture:
 def test_single_server_firewall_is_not_a_fleets(good: Deployment) -> None:
     # The single server opens 8080 to sourceRanges; in a fleet that rule must not exist (the load
     # balancer and Cloud Armor take its place), and the check says so.
-    assert check_settled(good.resources, PolicyContext(secrets=[MOCK_API_KEY])) == []
-    fleet_context = PolicyContext(secrets=[MOCK_API_KEY], fleet=True)
+    assert check_settled(good.resources, PolicyContext(external_ip=True, secrets=[MOCK_API_KEY])) == []
+    fleet_context = PolicyContext(external_ip=True, secrets=[MOCK_API_KEY], fleet=True)
     assert {v.rule for v in check_settled(good.resources, fleet_context)} == {"fleet_port_only_from_google"}
 
 
@@ -489,9 +510,9 @@ def test_no_broad_compute_role_for_the_vm_account(role: str) -> None:
         ),
         Resource(policy.PROJECT_IAM_BINDING, "b", {"role": role, "members": [f"serviceAccount:{member}"]}),
     ]
-    violations = check_settled(grants, PolicyContext())
+    violations = check_settled(grants, PolicyContext(external_ip=True))
     assert [v.resource.split("::")[1] for v in violations] == ["m", "c", "b"]
     assert {v.rule for v in violations} == {"no_project_compute_admin_for_service_accounts"}
     # A person holding the role is the project's business, not the VM's.
     person = Resource(policy.PROJECT_IAM_MEMBER, "p", {"role": role, "member": "user:ops@example.com"})
-    assert check_settled([person], PolicyContext()) == []
+    assert check_settled([person], PolicyContext(external_ip=True)) == []

@@ -13,6 +13,7 @@ import pytest
 from policy_cases import FLEET_RECIPES, check_settled, context, settled
 from program_mocks import COMPUTE, GCP_PROJECT, Deployment, deploy
 from test_gcp_rules import BAD_FIXTURES, FLEET_BAD_FIXTURES, ISSUE15_FIXTURES
+from test_private_network import EGRESS_FIXTURES
 
 from infra import policy
 from infra.policy import PolicyContext, Resource
@@ -297,6 +298,22 @@ LIMIT_FIXTURES: dict[str, tuple[str, str, Edit]] = {
         edit(RUN, setting("template.vpcAccess.connector", "projects/p/locations/us-central1/connectors/c")),
     ),
     "door-name-capitals": ("cloud_run_service_limits", "door", edit(RUN, setting("name", "Qwen36-dev-door"))),
+    "door-vpc-self-link": (
+        "cloud_run_service_limits",
+        "door",
+        edit(
+            RUN,
+            lambda i: i["template"]["vpcAccess"]["networkInterfaces"][0].update(
+                network="https://www.googleapis.com/compute/v1/projects/p/global/networks/qwen36-dev"
+            ),
+        ),
+    ),
+    "door-max-per-revision-only": ("cloud_run_service_limits", "door", edit(RUN, setting("scaling", None))),
+    "door-runs-python3": (
+        "cloud_run_service_limits",
+        "door",
+        edit(RUN, lambda i: i["template"]["containers"][0].update(commands=["python3"])),
+    ),
     "dashboard-not-json": (
         "dashboard_json_valid",
         "door",
@@ -354,9 +371,7 @@ LIMIT_FIXTURES: dict[str, tuple[str, str, Edit]] = {
         "door",
         edit(
             RUN,
-            lambda i: i["template"]["vpcAccess"]["networkInterfaces"][0].update(
-                subnetwork="projects/x/regions/us-central1/subnetworks/shared"
-            ),
+            lambda i: i["template"]["vpcAccess"]["networkInterfaces"][0].update(subnetwork="shared"),
         ),
     ),
     "door-not-admitted": ("door_port_only_from_door", "door", drop("network-door")),
@@ -433,7 +448,9 @@ def _intended(resources: list[Resource]) -> list[Resource]:
     """Today's single-server dump as design decisions 1 and 3 shape it: no reserved IP or stateful
     policy, an unconditional resize grant, a role id with a random suffix."""
     no_ip = edit(G, setting("statefulExternalIps", None))(resources)
-    no_ip = edit(T, lambda i: i["networkInterfaces"][0]["accessConfigs"][0].pop("natIp", None))(no_ip)
+    no_ip = edit(
+        T, lambda i: [a.pop("natIp", None) for a in i["networkInterfaces"][0].get("accessConfigs") or []]
+    )(no_ip)
     no_ip = [r for r in no_ip if r.type != "gcp:compute/address:Address"]
     unconditional = edit(policy.PROJECT_IAM_MEMBER, setting("condition", None), "autostop-binding")(no_ip)
     return _random_role_id(unconditional)
@@ -570,6 +587,7 @@ def test_every_rule_has_a_bad_fixture() -> None:
         for rule, *_ in (*BAD_FIXTURES.values(), *FLEET_BAD_FIXTURES.values(), *ISSUE15_FIXTURES.values())
     }
     fixtures |= {rule for rule, *_ in LIMIT_FIXTURES.values()}
+    fixtures |= {rule for rule, *_ in EGRESS_FIXTURES.values()}
     # Fails on a context without Pulumi.yaml's option: test_refresh_is_needed_only_where_...
     fixtures |= {"refresh_before_update"}
     assert names == fixtures

@@ -15,7 +15,7 @@ RANGES = ["203.0.113.0/24"]
 MODES: dict[str, dict[str, Any]] = {
     "single server": {},
     "single server, no door": {"door": False},
-    "single server, open range": {"door": False, "sourceRanges": ["203.0.113.7/32"]},
+    "single server, open range": {"door": False, "externalIp": True, "sourceRanges": ["203.0.113.7/32"]},
     "single server, autostop off": {"idleStopMinutes": 0},
     "single server, no key": {"door": False, "apiKey": False},
     "fixed fleet": {"replicas": 3, "sourceRanges": RANGES},

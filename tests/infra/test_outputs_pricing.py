@@ -66,7 +66,9 @@ def test_plain_outputs_keys_are_the_exported_keys() -> None:
 
 
 def test_an_open_range_still_points_at_the_tunnel_since_the_members_address_changes() -> None:
-    outputs = plain_outputs(cfg_for(door=False, sourceRanges=["198.51.100.7/32"]), place_for())
+    outputs = plain_outputs(
+        cfg_for(door=False, externalIp=True, sourceRanges=["198.51.100.7/32"]), place_for()
+    )
     assert outputs["webUiUrl"] == "http://localhost:8080/"
     assert "qwen36 tunnel " in outputs["access"]
 
@@ -131,6 +133,7 @@ def test_access_says_a_named_risk_first() -> None:
         apiKey=False,
         exposeWithoutApiKey=True,
         door=False,
+        externalIp=True,
         sourceRanges=["198.51.100.7/32"],
     )
     access = plain_outputs(risky, place_for())["access"]

@@ -26,6 +26,7 @@ from program_mocks import (
 )
 from test_gcp_rules import BAD_FIXTURES, FLEET_BAD_FIXTURES, _edit
 from test_limit_rules import LIMIT_FIXTURES, _base
+from test_private_network import EGRESS_FIXTURES
 
 from infra import policy
 from infra.policy import Resource
@@ -153,7 +154,7 @@ def test_the_pack_passes_every_dump_of_the_program(over_dumps: dict[str, Any]) -
 
 def _fixture_cases(good: Deployment, single: Deployment, fleet: Deployment) -> dict[str, dict[str, Any]]:
     cases: dict[str, dict[str, Any]] = {}
-    ranges = {"door": False, "sourceRanges": ["198.51.100.7/32"]}
+    ranges = {"door": False, "externalIp": True, "sourceRanges": ["198.51.100.7/32"]}
     for fixture, (rule, token, name, change) in BAD_FIXTURES.items():
         extra = [] if rule != "autoscaler_needs_even_or_balanced" else [AUTOSCALER]
         cases[f"bad:{fixture}"] = {
@@ -186,6 +187,15 @@ def _fixture_cases(good: Deployment, single: Deployment, fleet: Deployment) -> d
             "resources": _wire(change(resources)),
         }
         cases[f"base:{fixture}"] = {"config": _config("dev", overrides), "resources": _wire(resources)}
+    # The egress rules, over the first deployment of a build (its builder beside the template).
+    private = list(deploy("dev", tooling_image=False).resources)
+    for fixture, (rule, change) in EGRESS_FIXTURES.items():
+        cases[f"bad:{fixture}"] = {
+            "rule": rule,
+            "config": _config("dev", {}),
+            "resources": _wire(change(private)),
+        }
+        cases[f"base:{fixture}"] = {"config": _config("dev", {}), "resources": _wire(private)}
     return cases
 
 
@@ -201,7 +211,7 @@ AUTOSCALER = Resource(
 
 
 def test_each_rule_fails_on_its_bad_fixture_through_the_pack() -> None:
-    good = deploy("dev", {"door": False, "sourceRanges": ["198.51.100.7/32"]})
+    good = deploy("dev", {"door": False, "externalIp": True, "sourceRanges": ["198.51.100.7/32"]})
     single, fleet = deploy("dev"), deploy("dev", FLEET_RECIPES["fleet-fixed"])
     cases = _fixture_cases(good, single, fleet)
     outcomes = run_pack(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import pulumi
 import pytest
@@ -70,6 +71,7 @@ def test_components_own_their_children(deployed: Deployment) -> None:
         "health": "qwen36:infra:HealthGate",
         "autostop": "qwen36:infra:Autostop",
         "door": "qwen36:infra:FrontDoor",
+        "keyset": "qwen36:infra:DoorKeys",
         "dashboard": "qwen36:infra:Dashboard",
     }
     urns = {name: deployed.registrations[name].urn for name in components}
@@ -108,11 +110,15 @@ SERVING_API = {
     "gcp:projects/iAMCustomRole:": "iam.googleapis.com",
     "gcp:cloudrunv2/": "run.googleapis.com",
     "gcp:monitoring/": "monitoring.googleapis.com",
+    "gcp:projects/serviceIdentity:": "serviceusage.googleapis.com",
 }
+# On in every project (https://cloud.google.com/service-usage/docs/enabled-service#default): the
+# program needs not enable it.
+ENABLED_BY_DEFAULT = {"serviceusage.googleapis.com"}
 
 
 def test_every_resource_has_its_api_enabled(deployed: Deployment) -> None:
-    enabled = {s.inputs["service"] for s in deployed.of_type(SERVICE)}
+    enabled = {s.inputs["service"] for s in deployed.of_type(SERVICE)} | ENABLED_BY_DEFAULT
     gcp_types = {r.type for r in deployed.resources if r.type.startswith("gcp:") and r.type != SERVICE}
     gcp_types.discard("gcp:organizations/getProject:getProject")
     for token in gcp_types:
@@ -155,7 +161,9 @@ def test_the_servers_port_admits_only_the_door_iap_and_health_checks(deployed: D
 
 
 def test_network_with_ranges_opens_8080_to_them_only(stack: str) -> None:
-    d = deploy(stack, {"door": False, "sourceRanges": ["198.51.100.7/32", "203.0.113.0/24"]})
+    d = deploy(
+        stack, {"door": False, "externalIp": True, "sourceRanges": ["198.51.100.7/32", "203.0.113.0/24"]}
+    )
     rules = {r.name: r.inputs for r in d.of_type(FIREWALL)}
     assert set(rules) == {"network-server", "network-iap", "network-health-checks"}
     public = rules["network-server"]
@@ -284,7 +292,7 @@ def test_identity_is_dedicated_and_least_privilege(deployed: Deployment) -> None
     group = deployed.outputs["groupName"]
     assert conditional["condition"]["expression"] == (
         'resource.type == "compute.googleapis.com/Instance" && '
-        f'resource.name.extract("/instances/{{name}}").startsWith("{group}-")'
+        f'resource.name.extract("/instances/{{name}}").matches("^{group}-[a-z0-9]{{4}}$")'
     )
     vm = deployed.one(TEMPLATE).inputs
     assert vm["serviceAccount"] == {
@@ -306,14 +314,19 @@ def test_without_self_staging_the_vm_only_reads_the_bucket_and_writes_the_verdic
     ]
 
 
+def _secret(d: Deployment, name: str) -> dict[str, Any]:
+    (secret,) = [r.inputs for r in d.of_type(SECRET) if r.name == name]
+    return dict(secret)
+
+
 def test_api_key_generated_stored_and_readable_by_the_server_and_the_door_only(deployed: Deployment) -> None:
     password = deployed.one(PASSWORD).inputs
     assert password["length"] == 48 and password["special"] is False
-    secret = deployed.one(SECRET).inputs
+    secret = _secret(deployed, "api-key-secret")
     assert secret["replication"] == {"auto": {}}
     version = deployed.one(SECRET_VERSION).inputs
     assert secret_value(version["secretData"]) == MOCK_API_KEY  # and kept secret in the state
-    grants = {r.name: r.inputs for r in deployed.of_type(SECRET_IAM)}
+    grants = {r.name: r.inputs for r in deployed.of_type(SECRET_IAM) if r.name != "door-keys-accessor"}
     assert {g["member"] for g in grants.values()} == {
         f"serviceAccount:{sa_email(deployed)}",
         f"serviceAccount:{sa_email(deployed, 'door-sa')}",
@@ -327,6 +340,25 @@ def test_api_key_generated_stored_and_readable_by_the_server_and_the_door_only(d
     deps = deployed.registrations[deployed.one(TEMPLATE).name].dependencies
     for name in ("api-key-version", "api-key-accessor", "identity-bucket-objectviewer", "network-iap"):
         assert deployed.registrations[name].urn in deps, name
+
+
+def test_the_door_keys_secret_holds_no_version_of_pulumis_and_only_the_door_reads_it(
+    deployed: Deployment, stack: str
+) -> None:
+    """`qwen36 keys` adds its versions: one managed here would undo each of them on the next `pulumi up`."""
+    keys = _secret(deployed, "keyset-secret")
+    assert keys["secretId"] == f"qwen36-{stack}-door-keys"
+    assert keys["replication"] == _secret(deployed, "api-key-secret")["replication"] == {"auto": {}}
+    assert keys["labels"] == _secret(deployed, "api-key-secret")["labels"]
+    assert keys["labels"]["app"] == "qwen36-mtp-l4"
+    (version,) = deployed.of_type(SECRET_VERSION)  # the program's key's only
+    assert version.name == "api-key-version"
+    readers = [r.inputs for r in deployed.of_type(SECRET_IAM) if r.inputs["secretId"] == keys["secretId"]]
+    assert [(g["member"], g["role"]) for g in readers] == [
+        (f"serviceAccount:{sa_email(deployed, 'door-sa')}", "roles/secretmanager.secretAccessor")
+    ]
+    assert deployed.outputs["keysSecret"] == f"projects/{GCP_PROJECT}/secrets/qwen36-{stack}-door-keys"
+    assert "keysSecret" not in deploy("dev", {"door": False}).outputs
 
 
 def test_api_key_off_creates_no_key() -> None:
@@ -450,11 +482,11 @@ def test_a_fleet_rolls_out_new_members_before_it_removes_old_ones() -> None:
     )
 
 
-def test_members_have_an_ephemeral_address_for_egress_and_none_is_reserved(deployed: Deployment) -> None:
+def test_members_have_no_external_address_and_none_is_reserved(deployed: Deployment) -> None:
     assert not deployed.of_type(ADDRESS)
     (nic,) = deployed.one(TEMPLATE).inputs["networkInterfaces"]
     assert nic["network"].endswith(f"/global/networks/{deployed.outputs['groupName']}")
-    assert nic["accessConfigs"] == [{"networkTier": "PREMIUM"}]
+    assert not nic.get("accessConfigs")
     assert "staticIp" not in deployed.outputs
 
 
@@ -475,7 +507,7 @@ def test_startup_script_is_rendered_for_the_real_bucket_and_secret(deployed: Dep
     expected = render_boot_script(
         cfg,
         bucket=deployed.outputs["modelBucket"],
-        api_key_secret=deployed.one(SECRET).inputs["secretId"],
+        api_key_secret=_secret(deployed, "api-key-secret")["secretId"],
         project=GCP_PROJECT,
         door_url=f"https://qwen36-{stack}-door-123456789012.{cfg.region}.run.app",
     )
@@ -521,7 +553,9 @@ def test_exports_private_by_default(deployed: Deployment, stack: str) -> None:
 
 
 def test_an_open_range_names_the_members_changing_address_and_the_tunnel() -> None:
-    out = deploy("europe-west4", {"door": False, "sourceRanges": ["198.51.100.7/32"]}).outputs
+    out = deploy(
+        "europe-west4", {"door": False, "externalIp": True, "sourceRanges": ["198.51.100.7/32"]}
+    ).outputs
     assert out["apiBaseUrl"] == "http://localhost:8080/v1"
     assert "198.51.100.7/32" in out["access"] and "changes with every repair" in out["access"]
     assert out["iapTunnel"] in out["access"]

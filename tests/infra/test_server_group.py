@@ -66,3 +66,17 @@ def test_an_autoscaled_group_leaves_the_size_and_named_fields_to_others() -> Non
     assert template.inputs["networkInterfaces"][0]["subnetwork"] == "qwen36-subnet"
     assert seen["name"] == "qwen36-fleet"
     assert seen["ig"].endswith("/regions/us-central1/instanceGroups/qwen36-fleet")
+
+
+def test_a_zone_change_replaces_the_group_deleting_the_old_one_first() -> None:
+    """`zones` is ForceNew on a fixed-name group: Pulumi's default create-before-delete would ask GCE
+    for a second group of the same name (409), so the group is registered delete-before-replace."""
+    from program_mocks import deploy
+
+    for zones in (["us-central1-a", "us-central1-b", "us-central1-c"], ["us-central1-b", "us-central1-f"]):
+        d = deploy("dev", {"zones": zones})
+        group = d.one(GROUP)
+        assert group.inputs["distributionPolicyZones"] == zones
+        assert d.registrations[group.name].delete_before_replace is True
+    # Nothing else of the group's component is registered delete-first (the template rolls out).
+    assert d.registrations["server-template"].delete_before_replace is False

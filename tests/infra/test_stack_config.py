@@ -129,20 +129,30 @@ def test_invalid_value_names_key_value_and_what_is_allowed(case: str, as_cli_pas
 @pytest.mark.parametrize(
     "overrides",
     [
-        {"door": False, "sourceRanges": ["0.0.0.0/0"], "allowPublicInternet": True},
+        {"door": False, "externalIp": True, "sourceRanges": ["0.0.0.0/0"], "allowPublicInternet": True},
         {"threads": 8, "provisioningModel": "STANDARD", "bootDiskType": "pd-balanced"},
         {"machineType": "g2-standard-16", "threads": 16, "tools": ["read_file"], "door": False},
-        {"tools": ["all"], "door": False, "sourceRanges": ["35.235.240.0/20"]},
+        {"tools": ["all"], "door": False, "externalIp": True, "sourceRanges": ["35.235.240.0/20"]},
         {"tools": ["all"], "exposeServerTools": True},
-        {"apiKey": False, "exposeWithoutApiKey": True, "door": False, "sourceRanges": ["198.51.100.7/32"]},
+        {
+            "apiKey": False,
+            "exposeWithoutApiKey": True,
+            "door": False,
+            "externalIp": True,
+            "sourceRanges": ["198.51.100.7/32"],
+        },
         {"apiKey": False, "door": False},
         {"ctxSize": 63744},
         {"ctxSize": 77056, "specDraftNMax": 0},
         {"ctxSize": 56320, "specDraftNMax": 3},
         # The largest exposure without allowPublicInternet: one /8's worth of public addresses.
-        {"sourceRanges": ["11.0.0.0/8"], "door": False},
-        {"sourceRanges": ["11.0.0.0/9", "11.128.0.0/9", "10.0.0.0/8", "192.168.0.0/16"], "door": False},
-        {"sourceRanges": ["203.0.113.7"], "door": False},
+        {"sourceRanges": ["11.0.0.0/8"], "door": False, "externalIp": True},
+        {
+            "sourceRanges": ["11.0.0.0/9", "11.128.0.0/9", "10.0.0.0/8", "192.168.0.0/16"],
+            "door": False,
+            "externalIp": True,
+        },
+        {"sourceRanges": ["203.0.113.7"], "door": False, "externalIp": True},
         {"ubatchSize": 32, "batchSize": 256},
         {"modelRevision": "0123456789abcdef0123456789abcdef01234567"},
         {"modelRevision": "refs/pr/12"},
@@ -343,7 +353,7 @@ def test_a_remote_shell_for_anyone_is_refused_even_with_allow_public_internet() 
 
 
 def test_the_two_halves_of_the_internet_need_the_opt_in() -> None:
-    err = _error({"sourceRanges": ["0.0.0.0/1", "128.0.0.0/1"], "door": False})
+    err = _error({"sourceRanges": ["0.0.0.0/1", "128.0.0.0/1"], "door": False, "externalIp": True})
     assert str(err) == (
         "qwen36-mtp-l4:sourceRanges: ['0.0.0.0/1', '128.0.0.0/1']: together these ranges open the server "
         "to the whole internet; also set allowPublicInternet: true to mean it, or list your own ranges"
@@ -351,7 +361,7 @@ def test_the_two_halves_of_the_internet_need_the_opt_in() -> None:
 
 
 def test_a_keyless_endpoint_is_refused_where_more_than_iap_reaches_it() -> None:
-    for reach in ({"door": False, "sourceRanges": ["203.0.113.7/32"]}, {"replicas": 2}):
+    for reach in ({"door": False, "externalIp": True, "sourceRanges": ["203.0.113.7/32"]}, {"replicas": 2}):
         bag = {"apiKey": False, **reach}
         if reach.get("replicas"):
             bag["sourceRanges"] = ["198.51.100.0/24"]
@@ -373,6 +383,7 @@ def test_named_risks_are_said_plainly() -> None:
             f"{PROJECT}:apiKey": False,
             f"{PROJECT}:exposeWithoutApiKey": True,
             f"{PROJECT}:door": False,
+            f"{PROJECT}:externalIp": True,
             f"{PROJECT}:sourceRanges": ["203.0.113.7/32"],
         }
     )
@@ -462,7 +473,10 @@ def test_the_front_door_needs_the_key_and_opens_no_range(
     assert err.value.key == f"{PROJECT}:{key}"
     assert says in str(err.value) and "door: false" in str(err.value)
     assert isinstance(
-        parse_config({f"{PROJECT}:{k}": v for k, v in {**overrides, "door": False}.items()}), StackConfig
+        parse_config(
+            {f"{PROJECT}:{k}": v for k, v in {**overrides, "door": False, "externalIp": True}.items()}
+        ),
+        StackConfig,
     )
 
 
