@@ -305,8 +305,8 @@ def test_a_stack_file_that_is_not_yaml_is_a_config_error(
     (tmp_path / "Pulumi.dev.yaml").write_text("config: [unclosed\n")
     assert main(["check", "--project-dir", str(tmp_path)]) == Exit.CONFIG
     (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith("check: error: Pulumi.dev.yaml is not YAML (")
-    assert line.endswith("); fix or recreate it")
+    assert line.startswith("check: error: Pulumi.dev.yaml is not valid YAML (")
+    assert line.endswith("); fix it or recreate the stack")
 
 
 @pytest.mark.parametrize(

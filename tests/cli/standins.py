@@ -123,6 +123,8 @@ def fake_pulumi(bin_dir: Path, *, outputs: dict[str, Any] | None = None, fail: s
             "#!/bin/sh\n"
             'case "$*" in\n'
             '  "config get gcp:project"*) echo acme-llm-test ;;\n'
+            # `qwen36 check` asks the CLI's version (qwen36/check/pulumi_version.py): a current one.
+            "  version) echo v3.210.0 ;;\n"
             f"  *) cat <<'EOF'\n{doc}\nEOF\n ;;\n"
             "esac\n"
         )

@@ -390,14 +390,8 @@ def _services(value: Any, add: Any) -> None:
             "",
             f"body:{body}",
         )
-        add(
-            f"check APIs answer 200 {body}",
-            ("check", "--stack", "dev", "--project-dir", "{tmp}", "--api-root", "{body}"),
-            API_ERROR,
-            "",
-            f"body:{body}",
-            stack_file=stack_yaml({}),
-        )
+        # The preflight's own malformed 200s need credentials the sweep's world has none of:
+        # tests/check/test_check_faults.py runs them (every API answering HTML, junk, empty, ...).
         add(
             f"stage GCS answers 200 {body}",
             (*STAGE, "--from-file", "{file}"),

@@ -513,7 +513,9 @@ ALL_BUT_ONE = [
 
 
 def _ranges(ranges: list[str], **more: Any) -> StackConfig:
-    return parse_config({f"{PROJECT}:door": False, f"{PROJECT}:sourceRanges": ranges, **more})
+    # A single server's sourceRanges reach the VM's own address: only with externalIp.
+    config = {f"{PROJECT}:door": False, f"{PROJECT}:externalIp": True, f"{PROJECT}:sourceRanges": ranges}
+    return parse_config({**config, **more})
 
 
 def test_the_exposure_boundary_on_both_sides() -> None:
