@@ -47,7 +47,9 @@ def test_deploy_installs_the_command_before_the_preflight_runs_in_its_venv(tmp_p
     logger = '#!/usr/bin/env bash\nprintf "%s\\n" "$(basename "$0") $*" >>"$CALLS"\n'
     stubs = {
         tmp_path / "bin" / "gcloud": logger,
-        tmp_path / "bin" / "pulumi": logger + 'if [[ "$1 $2" == "config get" ]]; then echo acme; fi\n',
+        tmp_path / "bin" / "pulumi": logger
+        + 'if [[ "$1 $2" == "config get" ]]; then echo acme; fi\n'
+        + 'if [[ "$1" == "version" ]]; then echo v3.210.0; fi\n',
         repo / ".venv" / "bin" / "python": logger + 'if [[ "$*" == "-m qwen36 check"* ]]; then exit 1; fi\n',
         repo / ".venv" / "bin" / "qwen36": logger,
     }
