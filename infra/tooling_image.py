@@ -177,6 +177,27 @@ def _bake_hash(cfg: StackConfig) -> str:
 # --- The builder's shell commands (every value quoted; run by local.Command via /bin/sh) --------
 
 
+def bake_vm_flags(
+    cfg: StackConfig, network: str, subnetwork: str, service_account: str, labels: str
+) -> list[str]:
+    """What the builder and the GPU test VM share: the stack's own network (infra/network.py: apt
+    and ghcr.io through its Cloud NAT, no address of their own; with externalIp, an ephemeral external
+    IP as before; no ingress, they report through guest attributes), their account, Secure Boot on,
+    and the metadata every VM of the stack carries."""
+    return [
+        f"--network={network}",
+        f"--subnet={subnetwork}",
+        *([] if cfg.external_ip else ["--no-address"]),
+        f"--service-account={service_account}",
+        f"--scopes={BUILDER_SCOPES}",
+        "--shielded-secure-boot",
+        "--shielded-vtpm",
+        "--shielded-integrity-monitoring",
+        "--metadata=enable-guest-attributes=TRUE,enable-oslogin=TRUE,block-project-ssh-keys=TRUE",
+        f"--labels={labels}",
+    ]
+
+
 @dataclass(frozen=True)
 class Builder:
     name: str
@@ -211,21 +232,9 @@ class Builder:
             f"--image-family={cfg.image_family}",
             f"--boot-disk-size={BUILDER_DISK_GB}GB",
             f"--boot-disk-type={BUILDER_DISK_TYPE}",
-            # The stack's own network (infra/network.py): apt and ghcr.io through its Cloud NAT, no
-            # address of its own (with externalIp, an ephemeral external IP as before). No ingress is
-            # needed: the bake reports through guest attributes.
-            f"--network={self.network}",
-            f"--subnet={self.subnetwork}",
-            *(() if cfg.external_ip else ("--no-address",)),
-            f"--service-account={self.service_account}",
-            f"--scopes={BUILDER_SCOPES}",
             # Secure Boot on: the builder needs no GPU (its DKMS module not loading is harmless), and
             # an organization's compute.requireShieldedVm then refuses nothing the bake creates.
-            "--shielded-secure-boot",
-            "--shielded-vtpm",
-            "--shielded-integrity-monitoring",
-            "--metadata=enable-guest-attributes=TRUE,enable-oslogin=TRUE,block-project-ssh-keys=TRUE",
-            f"--labels={labels}",
+            *bake_vm_flags(cfg, self.network, self.subnetwork, self.service_account, labels),
         )
         # gcloud splits --metadata values at commas, so the script goes through a file.
         return (
@@ -289,16 +298,7 @@ class GpuTest:
             f"--image-project={self.project}",
             f"--boot-disk-size={BUILDER_DISK_GB}GB",
             f"--boot-disk-type={GPU_TEST_DISK_TYPE}",
-            f"--network={self.network}",
-            f"--subnet={self.subnetwork}",
-            *([] if cfg.external_ip else ["--no-address"]),
-            f"--service-account={self.service_account}",
-            f"--scopes={BUILDER_SCOPES}",
-            "--shielded-secure-boot",
-            "--shielded-vtpm",
-            "--shielded-integrity-monitoring",
-            "--metadata=enable-guest-attributes=TRUE,enable-oslogin=TRUE,block-project-ssh-keys=TRUE",
-            f"--labels={labels}",
+            *bake_vm_flags(cfg, self.network, self.subnetwork, self.service_account, labels),
         ]
         return self._instance("create", *argv) + ' --metadata-from-file=startup-script="$script"'
 
