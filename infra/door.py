@@ -180,22 +180,18 @@ class FrontDoor(pulumi.ComponentResource):
         gcp.projects.IAMMember(
             f"{name}-metric-writer", project=args.project, role=METRIC_WRITER, member=self.member, opts=child
         )
-        key_read = gcp.secretmanager.SecretIamMember(
-            f"{name}-key-accessor",
-            project=args.project,
-            secret_id=args.api_key_secret,
-            role=KEY_ACCESSOR,
-            member=self.member,
-            opts=child,
-        )
-        keys_read = gcp.secretmanager.SecretIamMember(
-            f"{name}-keys-accessor",
-            project=args.project,
-            secret_id=args.keys_secret,
-            role=KEY_ACCESSOR,
-            member=self.member,
-            opts=child,
-        )
+        # The two secrets it reads at runtime: the program's key and the named-key set.
+        secret_reads = [
+            gcp.secretmanager.SecretIamMember(
+                f"{name}-{role}-accessor",
+                project=args.project,
+                secret_id=secret,
+                role=KEY_ACCESSOR,
+                member=self.member,
+                opts=child,
+            )
+            for role, secret in (("key", args.api_key_secret), ("keys", args.keys_secret))
+        ]
         archive = door_archive.write(ARCHIVE_CACHE)
         self.source = gcp.storage.BucketObject(
             f"{name}-source",
@@ -346,7 +342,7 @@ class FrontDoor(pulumi.ComponentResource):
             # yet answers 503: every grant first, and the source's reads given time to take effect.
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[*args.depends_on, *self.source_reads, key_read, keys_read, self.settle],
+                depends_on=[*args.depends_on, *self.source_reads, *secret_reads, self.settle],
             ),
         )
         self.url = self.service.uri
